@@ -1,0 +1,529 @@
+"""The BERT encoder, its two pretraining heads and a classification head, in one file.
+
+Read top to bottom: the config and its presets, parameter and FLOP counts, then the modules in
+the order data flows through them (embeddings -> attention -> feed-forward -> layer -> encoder ->
+heads). Numerics follow the original BERT (erf GELU, post-LN, LayerNorm eps 1e-12, tanh pooler,
+MLM decoder tied to the word embeddings), so that `bertlab.hf` can map weights to and from
+`transformers.BertForPreTraining` and get the same numbers.
+
+Taught in notebooks/04_encoder.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100  # label of a position that is not predicted (cross-entropy's ignore index)
+
+# BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+}
+
+
+@dataclass
+class BertConfig:
+    """Every setting of the encoder, with BERT's defaults. `BertConfig.preset` fills in the sizes.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int | None = None  # None means 4 x hidden_size, as in every BERT
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
+                f"num_heads={self.num_heads}; each head gets hidden_size / num_heads dimensions"
+            )
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(
+                f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary "
+                f"(vocab_size={self.vocab_size})"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        """Return the size of one attention head (hidden_size / num_heads)."""
+        return self.hidden_size // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, vocab_size: int, **overrides) -> BertConfig:
+        """Return the config of a named size (tiny, mini, small, medium, base); overrides win.
+
+        Taught in notebooks/04_encoder.ipynb
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+        layers, hidden, heads = PRESETS[name]
+        settings = dict(vocab_size=vocab_size, hidden_size=hidden, num_layers=layers,
+                        num_heads=heads, intermediate_size=4 * hidden)
+        settings.update(overrides)
+        return cls.from_dict(settings)
+
+    def to_dict(self) -> dict:
+        """Return the settings as a plain dict (JSON-ready); `from_dict` reverses it."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, settings: dict) -> BertConfig:
+        """Return a config from a dict written by `to_dict`; unknown keys are an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(f"BertConfig has no setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting parameters and FLOPs
+
+
+def _count_from_config(config: BertConfig) -> dict[str, int]:
+    d, ff, V = config.hidden_size, config.intermediate_size, config.vocab_size
+    embeddings = (V + config.max_position_embeddings + config.type_vocab_size) * d + 2 * d
+    per_layer = (
+        3 * (d * d + d)  # query, key, value
+        + (d * d + d) + 2 * d  # attention output projection + LayerNorm
+        + (d * ff + ff) + (ff * d + d) + 2 * d  # feed-forward + LayerNorm
+    )
+    heads = (
+        (d * d + d)  # pooler
+        + (d * d + d) + 2 * d + V  # MLM transform, LayerNorm, output bias (decoder is tied)
+        + (2 * d + 2)  # NSP
+    )
+    return {"embeddings": embeddings, "encoder": config.num_layers * per_layer, "heads": heads}
+
+
+def count_parameters(model_or_config: nn.Module | BertConfig) -> dict[str, int]:
+    """Return parameter counts split into embeddings / encoder / heads, plus the total.
+
+    For a config the counts are those of `BertForPreTraining(config)`. "heads" holds the pooler
+    and every head; the tied MLM decoder is counted once, with the word embeddings.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    if isinstance(model_or_config, BertConfig):
+        counts = _count_from_config(model_or_config)
+    else:
+        counts = {"embeddings": 0, "encoder": 0, "heads": 0}
+        for name, p in model_or_config.named_parameters():  # tied parameters are listed once
+            if "embeddings." in name:
+                counts["embeddings"] += p.numel()
+            elif "layers." in name:
+                counts["encoder"] += p.numel()
+            else:
+                counts["heads"] += p.numel()
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15) -> float:
+    """Return the training FLOPs (forward + backward) per token of one pretraining step.
+
+    6 x encoder parameters (a multiply-add per weight, forward 2 and backward 4), plus
+    12 x layers x hidden x seq_len for the attention scores and their weighted sum, plus the MLM
+    head 6 x (d^2 + d V) run on `mlm_fraction` of the tokens only. Embedding lookups, LayerNorm,
+    softmax and the per-sequence pooler/NSP are left out (small). See REFERENCE.md.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    d, V = config.hidden_size, config.vocab_size
+    encoder = _count_from_config(config)["encoder"]
+    attention = 12 * config.num_layers * d * seq_len
+    mlm_head = 6 * (d * d + d * V) * mlm_fraction
+    return float(6 * encoder + attention + mlm_head)
+
+
+def parameter_table(vocab_size: int) -> list[dict[str, int | str]]:
+    """Return one row per preset: its sizes and parameter counts (embeddings / encoder / heads).
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    rows = []
+    for name, (layers, hidden, heads) in PRESETS.items():
+        counts = count_parameters(BertConfig.preset(name, vocab_size=vocab_size))
+        rows.append({"preset": name, "layers": layers, "hidden": hidden, "attention_heads": heads,
+                     **counts})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs
+
+
+@dataclass
+class EncoderOutput:
+    """What `BertModel` returns: per-token vectors, the pooled [CLS] vector, optional extras."""
+
+    last_hidden_state: torch.Tensor  # (B, T, d)
+    pooler_output: torch.Tensor  # (B, d)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer: L+1 x (B, T, d)
+    attentions: tuple[torch.Tensor, ...] | None = None  # L x (B, heads, T, T)
+
+
+@dataclass
+class PreTrainingOutput:
+    """What `BertForPreTraining` returns. `mlm_logits` is (num_targets, V) when labels were given."""
+
+    loss: torch.Tensor | None
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class ClassificationOutput:
+    """What `BertForSequenceClassification` returns."""
+
+    loss: torch.Tensor | None
+    logits: torch.Tensor  # (B, num_labels)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Modules
+
+
+def _init_weights(module: nn.Module, std: float, generator: torch.Generator | None) -> None:
+    # BERT's init: N(0, 0.02) weights, zero biases, LayerNorm at identity. The padding row of the
+    # word embeddings is an ordinary row (as in Google's BERT).
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std, generator=generator)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class Embeddings(nn.Module):
+    """Token + learned position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        d = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, d)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, d)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, d)
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """Return the embedded tokens, (B, T) -> (B, T, d)."""
+        T = input_ids.shape[1]
+        x = self.word_embeddings(input_ids)  # (B, T) -> (B, T, d)
+        if token_type_ids is None:  # every token in segment 0
+            x = x + self.token_type_embeddings.weight[0]  # (d,) broadcasts over (B, T)
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)  # (B, T) -> (B, T, d)
+        # Positions 0..T-1 are the same for every sequence: slice the table, no lookup needed.
+        x = x + self.position_embeddings.weight[:T]  # (T, d) broadcasts over B
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; query, key and value come from one fused (d -> 3d) Linear."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads, self.head_dim = config.num_heads, config.head_dim
+        d = config.hidden_size
+        # One matmul instead of three; output rows are [query; key; value] (hf.py splits them).
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.dropout_p = config.attention_dropout
+
+    def forward(
+        self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T)."""
+        B, T, d = x.shape
+        qkv = self.qkv(x)  # (B, T, d) -> (B, T, 3d)
+        qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)  # -> (B, T, 3, h, d/h)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # -> 3 x (B, h, T, d/h)
+        dropout_p = self.dropout_p if self.training else 0.0
+        probs = None
+        if output_attentions:
+            # The explicit form, so the probabilities can be returned (slower; for pictures).
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # -> (B, h, T, T)
+            if key_mask is not None:  # (B, 1, 1, T): True where the key is a real token
+                scores = scores.masked_fill(~key_mask, float("-inf"))
+            probs = scores.softmax(dim=-1)
+            context = F.dropout(probs, dropout_p, self.training) @ v  # -> (B, h, T, d/h)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+        context = context.transpose(1, 2).reshape(B, T, d)  # (B, h, T, d/h) -> (B, T, d)
+        return self.out(context), probs
+
+
+class EncoderLayer(nn.Module):
+    """One post-LN transformer block: x = LN(x + attention(x)); x = LN(x + feed_forward(x))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        d, ff, eps = config.hidden_size, config.intermediate_size, config.layer_norm_eps
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(d, eps=eps)
+        self.ffn_in = nn.Linear(d, ff)
+        self.ffn_out = nn.Linear(ff, d)
+        self.ffn_norm = nn.LayerNorm(d, eps=eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return the block's output (B, T, d) and the attention probabilities if asked."""
+        attended, probs = self.attention(x, key_mask, output_attentions)
+        x = self.attention_norm(x + self.dropout(attended))
+        h = F.gelu(self.ffn_in(x))  # (B, T, d) -> (B, T, 4d), exact erf GELU
+        x = self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (B, T, 4d) -> (B, T, d)
+        return x, probs
+
+
+def _check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: torch.Tensor | None):
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
+    if input_ids.dtype not in (torch.long, torch.int32):
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.shape[1] > config.max_position_embeddings:
+        raise ValueError(
+            f"input_ids has {input_ids.shape[1]} positions but the model has only "
+            f"max_position_embeddings={config.max_position_embeddings}; truncate the sequences"
+        )
+    for name, tensor in same_shape.items():
+        if tensor is not None and tensor.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} but input_ids has {tuple(input_ids.shape)}; "
+                f"they must match"
+            )
+
+
+def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    # No padding -> no mask at all, so SDPA can take its unmasked fast path.
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    mask = attention_mask.bool()
+    if not bool(mask.any(dim=1).all()):
+        raise ValueError("attention_mask has a sequence with no real token (a row of zeros)")
+    return mask[:, None, None, :]  # (B, T) -> (B, 1, 1, T): broadcasts over heads and queries
+
+
+class BertModel(nn.Module):
+    """The bare encoder: embeddings, `num_layers` blocks and the tanh pooler on [CLS].
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+
+    def __init__(self, config: BertConfig, generator: torch.Generator | None = None):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        self.apply(lambda m: _init_weights(m, config.initializer_range, generator))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> EncoderOutput:
+        """Return an `EncoderOutput`: last_hidden_state (B, T, d), pooler_output (B, d), extras.
+
+        `attention_mask` is 1 for real tokens and 0 for padding (keys at padding are ignored).
+        """
+        _check_inputs(input_ids, self.config, attention_mask=attention_mask,
+                      token_type_ids=token_type_ids)
+        key_mask = _key_mask(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T) -> (B, T, d)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for layer in self.layers:
+            x, probs = layer(x, key_mask, output_attentions)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if output_attentions:
+                attentions.append(probs)
+        pooled = torch.tanh(self.pooler(x[:, 0]))  # [CLS] vector: (B, d)
+        return EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+
+class MaskedLMHead(nn.Module):
+    """dense + GELU + LayerNorm, then scores against the (tied) word embeddings plus a bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, h: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """Return vocabulary logits, (..., d) -> (..., V); `word_embeddings` is the (V, d) table."""
+        h = self.norm(F.gelu(self.dense(h)))
+        return F.linear(h, word_embeddings, self.bias)  # (..., d) @ (d, V) -> (..., V)
+
+
+def _mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    # With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711). We return a
+    # zero that is still attached to the graph, so backward() works and adds nothing.
+    if not bool((labels != IGNORE_INDEX).any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its two pretraining heads: masked LM (tied decoder) and next-sentence prediction.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+
+    def __init__(self, config: BertConfig, generator: torch.Generator | None = None):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, generator=generator)
+        self.mlm = MaskedLMHead(config)
+        self.nsp = nn.Linear(config.hidden_size, 2)  # IS_NEXT = 0, NOT_NEXT = 1
+        for head in (self.mlm, self.nsp):
+            head.apply(lambda m: _init_weights(m, config.initializer_range, generator))
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Return vocabulary logits for hidden vectors, (..., d) -> (..., V)."""
+        return self.mlm(hidden, self.bert.embeddings.word_embeddings.weight)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        full_mlm_logits: bool = False,
+    ) -> PreTrainingOutput:
+        """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
+
+        With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the labelled
+        positions: `mlm_logits` is (num_targets, V), in row-major order of the positions. Without
+        labels, or with `full_mlm_logits=True`, it is (B, T, V) (same loss, much more work). A
+        batch with zero targets gives mlm_loss = 0 (attached to the graph), not NaN.
+        `loss` = mlm_loss + nsp_loss, or whichever of the two has labels.
+        """
+        _check_inputs(input_ids, self.config, labels=labels)
+        if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
+            raise ValueError(
+                f"next_sentence_label must be (batch,) = {tuple(input_ids.shape[:1])}, "
+                f"got {tuple(next_sentence_label.shape)}"
+            )
+        encoded = self.bert(input_ids, attention_mask, token_type_ids,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+        h = encoded.last_hidden_state  # (B, T, d)
+
+        mlm_loss = None
+        if labels is None or full_mlm_logits:
+            mlm_logits = self.mlm_logits(h)  # (B, T, d) -> (B, T, V)
+            if labels is not None:
+                mlm_loss = _mean_cross_entropy(mlm_logits.flatten(0, 1), labels.flatten())
+        else:
+            # Gather the targets first, so the head (and its V-wide matmul) runs on ~15% of tokens.
+            labels = labels.flatten()  # (B, T) -> (B*T,)
+            where = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+            targets = h.flatten(0, 1).index_select(0, where)  # (B*T, d) -> (N, d)
+            mlm_logits = self.mlm_logits(targets)  # (N, d) -> (N, V)
+            mlm_loss = _mean_cross_entropy(mlm_logits, labels.index_select(0, where))
+
+        nsp_logits = self.nsp(encoded.pooler_output)  # (B, d) -> (B, 2)
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label)
+
+        present = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        loss = sum(present[1:], present[0]) if present else None
+        return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits,
+                                 encoded.hidden_states, encoded.attentions)
+
+
+class BertForSequenceClassification(nn.Module):
+    """BERT with dropout + a linear classifier on the pooled [CLS] vector.
+
+    `num_labels=1` means regression (mean squared error), as in `transformers`.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+
+    def __init__(self, config: BertConfig, num_labels: int,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        self.config = config
+        self.num_labels = num_labels
+        self.bert = BertModel(config, generator=generator)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.classifier = nn.Linear(config.hidden_size, num_labels)
+        _init_weights(self.classifier, config.initializer_range, generator)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+    ) -> ClassificationOutput:
+        """Return a `ClassificationOutput`: logits (B, num_labels) and the loss if labels given."""
+        encoded = self.bert(input_ids, attention_mask, token_type_ids,
+                            output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions)
+        logits = self.classifier(self.dropout(encoded.pooler_output))  # (B, d) -> (B, labels)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+            else:
+                loss = F.cross_entropy(logits, labels)
+        return ClassificationOutput(loss, logits, encoded.hidden_states, encoded.attentions)
