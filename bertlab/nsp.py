@@ -1,0 +1,405 @@
+"""Sentence-pair examples for next-sentence prediction: [CLS] A [SEP] B [SEP] with an IsNext/NotNext label.
+
+The recipe follows Google's `create_pretraining_data.py` (chunk a document's sentences up to a
+target length, split the chunk at a random sentence boundary into A and B, replace B by text
+from another document half of the time, truncate the pair to fit), with two deliberate changes:
+
+* NotNext B always comes from a *different* document (Google tries 10 random draws and can
+  land on the same document; NVIDIA DeepLearningExamples#421 shows what that costs).
+* `balance="exact"` (the default) makes IsNext and NotNext equally likely. In Google's rule a
+  chunk of one sentence is always NotNext, so real text ends up ~56% NotNext
+  (`balance="google"` keeps that rule, for comparison).
+
+Taught in notebooks/03_nsp_data.ipynb.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from tokenizers import Tokenizer
+
+from bertlab.corpus import Document
+from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
+
+IS_NEXT = 0  # B really follows A (Google and Hugging Face convention: label 0)
+NOT_NEXT = 1  # B was taken from another document (label 1)
+
+BALANCES = ("exact", "google")
+MIN_SEQ_LEN = 8
+
+
+@dataclass(slots=True)
+class NspExample:
+    """One NSP pair: `input_ids` = [CLS] A [SEP] B [SEP], no padding.
+
+    `a_sentences` / `b_sentences` are (first, end) sentence indices, end exclusive, into the
+    tokenized document `doc_index` / `b_doc_index` (see `TokenizedCorpus`); `a_cut` / `b_cut`
+    are the (front, back) token counts that truncation removed from each side.
+    """
+
+    input_ids: list[int]
+    a_len: int
+    b_len: int
+    is_random_next: bool
+    doc_id: str
+    doc_index: int
+    a_sentences: tuple[int, int]
+    b_doc_index: int
+    b_sentences: tuple[int, int]
+    a_cut: tuple[int, int] = (0, 0)
+    b_cut: tuple[int, int] = (0, 0)
+
+    @property
+    def next_sentence_label(self) -> int:
+        """Return `NOT_NEXT` if B was drawn from another document, else `IS_NEXT`."""
+        return NOT_NEXT if self.is_random_next else IS_NEXT
+
+    @property
+    def token_type_ids(self) -> list[int]:
+        """Return the segment ids: 0 for [CLS], A and the first [SEP]; 1 for B and the last [SEP]."""
+        return [0] * (self.a_len + 2) + [1] * (self.b_len + 1)
+
+    @property
+    def tokens_dropped(self) -> int:
+        """Return how many tokens truncation removed from A and B together."""
+        return sum(self.a_cut) + sum(self.b_cut)
+
+    @property
+    def truncated(self) -> bool:
+        """Return True if truncation removed any token."""
+        return self.tokens_dropped > 0
+
+    @property
+    def seam_broken(self) -> bool:
+        """Return True for an IsNext pair whose truncation cut the end of A or the start of B.
+
+        Then B no longer starts right where A stops (google-research/bert#627).
+        """
+        return not self.is_random_next and (self.a_cut[1] > 0 or self.b_cut[0] > 0)
+
+
+class NspExamples(list):
+    """A list of `NspExample`s plus `info`: how the corpus was used (skipped documents, long sentences)."""
+
+    def __init__(self, examples: Iterable[NspExample] = (), info: dict | None = None) -> None:
+        super().__init__(examples)
+        self.info: dict = dict(info or {})
+
+
+@dataclass
+class TokenizedCorpus:
+    """Token ids per sentence per document, tokenized once: `sentences[d][s]` is a list of ids.
+
+    Sentences that encode to no token at all are dropped (counted in `empty_sentences`), so
+    sentence indices in `NspExample` refer to this object, not to `Document.sentences`.
+    """
+
+    doc_ids: list[str]
+    sentences: list[list[list[int]]]
+    empty_sentences: int = 0
+    include_title: bool = False
+    name: str = field(default="corpus")
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+
+def tokenize_corpus(
+    docs: Sequence[Document], tokenizer: Tokenizer, *, include_title: bool = False, name: str = "corpus"
+) -> TokenizedCorpus:
+    """Return the documents' sentences as token ids (one batch encode in Rust for the whole corpus).
+
+    Titles are left out by default: a headline is not a sentence of the running text, and BERT's
+    Wikipedia data skipped headers too. `include_title=True` puts the title first.
+
+    Taught in notebooks/03_nsp_data.ipynb.
+    """
+    flat: list[str] = []
+    counts: list[int] = []
+    for doc in docs:
+        if not isinstance(doc, Document):
+            raise TypeError(f"tokenize_corpus takes Documents, got {type(doc).__name__}")
+        sents = ([doc.title] if include_title and doc.title else []) + list(doc.sentences)
+        flat.extend(sents)
+        counts.append(len(sents))
+    ids = encode_sentences(tokenizer, flat) if flat else []
+    out: list[list[list[int]]] = []
+    empty = 0
+    pos = 0
+    for n in counts:
+        kept = [s for s in ids[pos : pos + n] if s]
+        empty += n - len(kept)
+        out.append(kept)
+        pos += n
+    return TokenizedCorpus(
+        doc_ids=[d.id for d in docs], sentences=out, empty_sentences=empty,
+        include_title=include_title, name=name,
+    )
+
+
+def check_nsp_settings(max_seq_len: int, short_seq_prob: float, balance: str, dupe_factor: int) -> None:
+    """Raise ValueError (naming the setting and a fix) if an NSP setting is out of range."""
+    if not isinstance(max_seq_len, int) or max_seq_len < MIN_SEQ_LEN:
+        raise ValueError(
+            f"max_seq_len={max_seq_len!r} is too small; NSP pairs need [CLS] A [SEP] B [SEP] with "
+            f"room for text on both sides: use max_seq_len >= {MIN_SEQ_LEN} (BERT uses 128 and 512)"
+        )
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise ValueError(f"short_seq_prob={short_seq_prob!r} is a probability; pass a value in [0, 1]")
+    if balance not in BALANCES:
+        raise ValueError(f"balance={balance!r} is not known; use one of {BALANCES}")
+    if not isinstance(dupe_factor, int) or dupe_factor < 1:
+        raise ValueError(f"dupe_factor={dupe_factor!r}; pass a whole number >= 1 (passes over the corpus)")
+
+
+# A function that picks the document NotNext B comes from: (rng, current doc index) ->
+# (doc index, its sentences as a sequence of id lists). It must never return the current document.
+OtherDocPicker = Callable[[random.Random, int], tuple[int, Sequence[list[int]]]]
+
+
+class PairBuilder:
+    """Turns one tokenized document into NSP examples (shared by the in-memory and streaming paths)."""
+
+    def __init__(
+        self, special: SpecialIds, *, max_seq_len: int, short_seq_prob: float, balance: str,
+        rng: random.Random,
+    ) -> None:
+        self.cls, self.sep = special.cls, special.sep
+        self.max_tokens = max_seq_len - 3  # room for [CLS] and two [SEP]
+        self.short_seq_prob = short_seq_prob
+        self.exact = balance == "exact"
+        self.rng = rng
+        self.one_sentence_docs_skipped = 0
+
+    def document(
+        self, doc_index: int, doc_id: str, sents: list[list[int]], pick_other: OtherDocPicker
+    ) -> Iterator[NspExample]:
+        """Yield the examples of one pass over one document."""
+        rng, n = self.rng, len(sents)
+        if n == 0:
+            return
+        if n == 1 and self.exact:
+            # A one-sentence document has no IsNext pair; using it only as NotNext A would tilt the
+            # labels, so under exact balance it is skipped (it still serves as NotNext B material).
+            self.one_sentence_docs_skipped += 1
+            return
+        # One target length per document and pass, as in Google's script; short targets teach the
+        # model sequences shorter than those it will be fine-tuned on.
+        target = self.max_tokens
+        if rng.random() < self.short_seq_prob:
+            target = rng.randint(2, self.max_tokens)
+
+        start = 0
+        while start < n:
+            is_random_next = rng.random() < 0.5 if self.exact else False
+            end, length = start, 0
+            while end < n and length < target:  # grow the chunk to the target or the document end
+                length += len(sents[end])
+                end += 1
+            if self.exact:
+                if not is_random_next and end - start == 1 and end < n:
+                    end += 1  # one long sentence: pull in the next one so an IsNext split exists
+                if end == n - 1:
+                    end = n  # never leave the document's last sentence alone in a chunk of its own
+            size = end - start
+            a_split = rng.randint(1, size - 1) if size >= 2 else 1
+            if not self.exact:
+                is_random_next = size == 1 or rng.random() < 0.5
+
+            if is_random_next:
+                if self.exact and start + a_split == n - 1:
+                    a_split = size  # A takes the last sentence rather than strand it
+                a_end = start + a_split
+                tokens_a = [t for s in sents[start:a_end] for t in s]
+                target_b = target - len(tokens_a)
+                b_doc, other = pick_other(rng, doc_index)
+                b_start = rng.randint(0, len(other) - 1)
+                b_end, tokens_b = b_start, []
+                while b_end < len(other):
+                    tokens_b.extend(other[b_end])
+                    b_end += 1
+                    if len(tokens_b) >= target_b:
+                        break
+                next_start = a_end  # the chunk's unused sentences start the next chunk
+            else:
+                a_end = start + a_split
+                tokens_a = [t for s in sents[start:a_end] for t in s]
+                tokens_b = [t for s in sents[a_end:end] for t in s]
+                b_doc, b_start, b_end = doc_index, a_end, end
+                next_start = end
+
+            a_cut, b_cut = self._truncate(len(tokens_a), len(tokens_b))
+            tokens_a = tokens_a[a_cut[0] : len(tokens_a) - a_cut[1]]
+            tokens_b = tokens_b[b_cut[0] : len(tokens_b) - b_cut[1]]
+            yield NspExample(
+                input_ids=[self.cls, *tokens_a, self.sep, *tokens_b, self.sep],
+                a_len=len(tokens_a), b_len=len(tokens_b), is_random_next=is_random_next,
+                doc_id=doc_id, doc_index=doc_index, a_sentences=(start, a_end),
+                b_doc_index=b_doc, b_sentences=(b_start, b_end), a_cut=a_cut, b_cut=b_cut,
+            )
+            start = next_start
+
+    def _truncate(self, len_a: int, len_b: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """Return ((A front, A back), (B front, B back)) cuts that bring len_a + len_b to max_tokens.
+
+        Google's rule: cut one token at a time from the longer side (B on a tie), from its
+        front or back with equal odds; cutting both ends keeps the model from always seeing
+        sentence starts at the same places.
+        """
+        rng = self.rng
+        af = ab = bf = bb = 0
+        while len_a + len_b > self.max_tokens:
+            if len_a > len_b:
+                len_a -= 1
+                if rng.random() < 0.5:
+                    af += 1
+                else:
+                    ab += 1
+            else:
+                len_b -= 1
+                if rng.random() < 0.5:
+                    bf += 1
+                else:
+                    bb += 1
+        return (af, ab), (bf, bb)
+
+
+def _check_corpus(corpus: TokenizedCorpus) -> list[int]:
+    """Return the indices of documents with text; raise if there are fewer than 2."""
+    usable = [d for d, sents in enumerate(corpus.sentences) if sents]
+    if not usable:
+        raise ValueError(
+            f"{corpus.name} is empty: no document has a sentence with text; "
+            f"pass documents with sentences (bertlab.load_corpus)"
+        )
+    if len(usable) < 2:
+        raise ValueError(
+            f"{corpus.name} has 1 document; NSP needs at least 2 (negatives come from other "
+            f"documents): add documents, or split a long text into several"
+        )
+    return usable
+
+
+def create_nsp_examples(
+    docs: Sequence[Document] | TokenizedCorpus,
+    tokenizer: Tokenizer | SpecialIds,
+    *,
+    max_seq_len: int = 128,
+    short_seq_prob: float = 0.1,
+    seed: int = 0,
+    balance: str = "exact",
+    dupe_factor: int = 1,
+    include_title: bool = False,
+) -> NspExamples:
+    """Return NSP examples ([CLS] A [SEP] B [SEP], IsNext/NotNext) built from the documents.
+
+    Per document and pass (`dupe_factor` passes, each with fresh random choices): pick a target
+    length (`max_seq_len - 3`, or with probability `short_seq_prob` a random length in
+    [2, target]); grow a chunk of whole sentences up to it; split the chunk at a random sentence
+    boundary into A and the rest. IsNext: B is the rest. NotNext: B is a run of sentences from a
+    random *other* document (never the same one), and the chunk's unused sentences go back to
+    start the next chunk, so no text is wasted. Finally cut the longer side, one token at a time
+    from front or back, until the pair fits.
+
+    `balance="exact"` draws each label first with odds 1/2 and shapes the chunk to allow it: a
+    one-sentence chunk pulls in the next sentence when IsNext is drawn, and a document's last
+    sentence is never left alone in a chunk. One-sentence documents (no IsNext pair exists) are
+    skipped; `examples.info["one_sentence_docs_skipped"]` counts them. `balance="google"` keeps
+    Google's rule (one-sentence chunks are always NotNext; ~56% NotNext on ordinary text) and
+    uses one-sentence documents as NotNext A.
+
+    `docs` are Documents (tokenized here; titles left out unless `include_title=True`) or a
+    `TokenizedCorpus` from `tokenize_corpus`. Examples come in document order; the same seed
+    gives the same examples. Randomness: `random.Random(seed)`.
+
+    Taught in notebooks/03_nsp_data.ipynb.
+    """
+    check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+    if isinstance(docs, TokenizedCorpus):
+        corpus = docs
+    else:
+        docs = list(docs)
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError("create_nsp_examples needs a tokenizers.Tokenizer to tokenize Documents")
+        corpus = tokenize_corpus(docs, tokenizer, include_title=include_title)
+    special = special_ids(tokenizer)
+    usable = _check_corpus(corpus)
+    rng = random.Random(seed)
+    builder = PairBuilder(special, max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
+                          balance=balance, rng=rng)
+    position = {d: i for i, d in enumerate(usable)}
+
+    def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Sequence[list[int]]]:
+        # Uniform over the other usable documents: draw from len-1 slots and skip over our own.
+        k = rng.randint(0, len(usable) - 2)
+        if k >= position[doc_index]:
+            k += 1
+        return usable[k], corpus.sentences[usable[k]]
+
+    examples = NspExamples()
+    for _ in range(dupe_factor):
+        for d in usable:
+            examples.extend(builder.document(d, corpus.doc_ids[d], corpus.sentences[d], pick_other))
+    long_limit = max_seq_len - 3
+    examples.info = {
+        "balance": balance,
+        "max_seq_len": max_seq_len,
+        "documents": len(usable),
+        "one_sentence_docs": sum(1 for d in usable if len(corpus.sentences[d]) == 1),
+        "one_sentence_docs_skipped": builder.one_sentence_docs_skipped // dupe_factor,
+        "sentences": sum(len(corpus.sentences[d]) for d in usable),
+        "long_sentences": sum(1 for d in usable for s in corpus.sentences[d] if len(s) > long_limit),
+        "empty_sentences": corpus.empty_sentences,
+    }
+    return examples
+
+
+def format_pair(example: NspExample, tokenizer: Tokenizer, width: int = 96) -> str:
+    """Return the example as text: its tokens, with each token's segment id printed underneath.
+
+    Taught in notebooks/03_nsp_data.ipynb.
+    """
+    tokens = [tokenizer.id_to_token(i) or "?" for i in example.input_ids]
+    label = "IsNext" if example.next_sentence_label == IS_NEXT else "NotNext"
+    lines = [f"{label} (next_sentence_label={example.next_sentence_label}), "
+             f"len(A)={example.a_len}, len(B)={example.b_len}"]
+    top, bottom = "", ""
+    for token, segment in zip(tokens, example.token_type_ids, strict=True):
+        cell = max(len(token), 1) + 1
+        if top and len(top) + cell > width:
+            lines += [top.rstrip(), bottom.rstrip()]
+            top, bottom = "", ""
+        top += token.ljust(cell)
+        bottom += str(segment).ljust(cell)
+    return "\n".join(lines + [top.rstrip(), bottom.rstrip()])
+
+
+def nsp_stats(examples: Sequence[NspExample]) -> dict[str, float]:
+    """Return counts and shares: examples, IsNext/NotNext, truncation, tokens dropped, mean lengths.
+
+    Includes the corpus facts in `examples.info` when present (skipped documents, long sentences).
+
+    Taught in notebooks/03_nsp_data.ipynb.
+    """
+    n = len(examples)
+    not_next = sum(1 for e in examples if e.is_random_next)
+    truncated = sum(1 for e in examples if e.truncated)
+    is_next = n - not_next
+    stats: dict[str, float] = {
+        "examples": n,
+        "is_next": is_next,
+        "not_next": not_next,
+        "not_next_share": not_next / n if n else 0.0,
+        "truncated": truncated,
+        "truncated_share": truncated / n if n else 0.0,
+        "tokens_dropped": sum(e.tokens_dropped for e in examples),
+        "seam_broken": sum(1 for e in examples if e.seam_broken),
+        "mean_a_len": sum(e.a_len for e in examples) / n if n else 0.0,
+        "mean_b_len": sum(e.b_len for e in examples) / n if n else 0.0,
+        "mean_len": sum(len(e.input_ids) for e in examples) / n if n else 0.0,
+    }
+    stats.update(getattr(examples, "info", {}))
+    return stats
