@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.util import find_spec
@@ -409,13 +409,12 @@ def _load_zh_reviews(errors: str) -> list[Document]:
 # Your own text
 
 
-def _load_folder(folder: Path, errors: str) -> list[Document]:
+def _iter_folder(folder: Path, errors: str) -> Iterator[Document]:
     files = sorted(p for p in folder.rglob("*.txt") if p.is_file())
     if not files:
         raise ValueError(
             f"corpus folder '{folder}' has no .txt files; put one document per .txt file in it"
         )
-    docs = []
     for path in files:
         rel = path.relative_to(folder).with_suffix("").as_posix()
         label = path.parent.name if path.parent != folder else None
@@ -425,19 +424,35 @@ def _load_folder(folder: Path, errors: str) -> list[Document]:
                 f"document '{path}' has no sentences (the file is empty or only whitespace); "
                 f"delete it or put text in it"
             )
-        docs.append(doc)
-    return docs
+        yield doc
 
 
-def _load_bert_format(path: Path, errors: str) -> list[Document]:
-    """One sentence per line, a blank line between documents (Google's create_pretraining_data format)."""
-    text = _read_text(path, errors).replace("\r\n", "\n").replace("\r", "\n")
-    docs = []
-    for i, block in enumerate(re.split(r"\n\s*\n", text)):
-        sentences = [line.strip() for line in block.split("\n") if line.strip()]
+def _iter_bert_format(path: Path, errors: str) -> Iterator[Document]:
+    """One sentence per line, a blank line between documents (Google's create_pretraining_data format).
+
+    Read line by line, so a file larger than memory streams; documents are numbered in order.
+    """
+    with path.open("rb") as handle:
+        sentences: list[str] = []
+        index = 0
+        offset = 0
+        for raw in handle:
+            try:
+                line = raw.decode("utf-8", errors=errors).strip()
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"file '{path}' is not valid UTF-8 at byte offset {offset + exc.start}; "
+                    f"convert it to UTF-8, or pass errors='replace' to load it with U+FFFD in "
+                    f"place of the bad bytes"
+                ) from None
+            offset += len(raw)
+            if line:
+                sentences.append(line)
+            elif sentences:
+                yield Document(id=f"{path.stem}/{index}", text="\n".join(sentences), sentences=sentences)
+                sentences, index = [], index + 1
         if sentences:
-            docs.append(Document(id=f"{path.stem}/{i}", text="\n".join(sentences), sentences=sentences))
-    return docs
+            yield Document(id=f"{path.stem}/{index}", text="\n".join(sentences), sentences=sentences)
 
 
 # Named corpora: name -> loader(errors).
@@ -446,6 +461,28 @@ CORPORA: dict[str, Callable[[str], list[Document]]] = {
     "zh-news": _load_zh_news,
     "zh-reviews": _load_zh_reviews,
 }
+
+
+def iter_corpus(source: str | Path, *, errors: str = "strict") -> Iterator[Document]:
+    """Yield the documents of a named corpus or of your own text, one at a time.
+
+    Your own text streams (a folder file by file, a BERT-format file line by line), so
+    `python -m bertlab prepare` handles corpora larger than memory; named corpora are small and
+    load whole. Same sources, ids and errors as `load_corpus`.
+    """
+    if errors not in ("strict", "replace", "ignore"):
+        raise ValueError(f"load_corpus: errors={errors!r}; use 'strict', 'replace' or 'ignore'")
+    if isinstance(source, str) and source in CORPORA:
+        yield from CORPORA[source](errors)
+        return
+    path = Path(source)
+    if not path.exists():
+        known = ", ".join(repr(k) for k in CORPORA)
+        raise ValueError(
+            f"corpus '{source}' is neither a known name ({known}) nor an existing path; "
+            f"check the spelling or pass a folder of .txt files"
+        )
+    yield from _iter_folder(path, errors) if path.is_dir() else _iter_bert_format(path, errors)
 
 
 def load_corpus(source: str | Path, *, errors: str = "strict") -> list[Document]:
@@ -459,27 +496,12 @@ def load_corpus(source: str | Path, *, errors: str = "strict") -> list[Document]
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
-    if errors not in ("strict", "replace", "ignore"):
-        raise ValueError(f"load_corpus: errors={errors!r}; use 'strict', 'replace' or 'ignore'")
-    if isinstance(source, str) and source in CORPORA:
-        docs = CORPORA[source](errors)
-        name = source
-    else:
-        path = Path(source)
-        name = str(path)
-        if not path.exists():
-            known = ", ".join(repr(k) for k in CORPORA)
-            raise ValueError(
-                f"corpus '{source}' is neither a known name ({known}) nor an existing path; "
-                f"check the spelling or pass a folder of .txt files"
-            )
-        docs = _load_folder(path, errors) if path.is_dir() else _load_bert_format(path, errors)
-    kept = [d for d in docs if d.sentences]
-    if not kept:
+    docs = [d for d in iter_corpus(source, errors=errors) if d.sentences]
+    if not docs:
         raise ValueError(
-            f"corpus '{name}' has no text: every document is empty; add text to its files"
+            f"corpus '{source}' has no text: every document is empty; add text to its files"
         )
-    return kept
+    return docs
 
 
 def corpus_stats(docs: Iterable[Document]) -> dict[str, float]:

@@ -25,7 +25,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from bertlab.corpus import CORPORA, SPLITS, Document, load_corpus, split_documents, split_sentences
+from bertlab.corpus import SPLITS, Document, iter_corpus, split_documents
 from bertlab.masking import IGNORE_INDEX, example_seed, mask_tokens
 from bertlab.nsp import (
     NOT_NEXT,
@@ -375,43 +375,13 @@ def pretraining_loader(
 def iter_documents(source: str | Path | Iterable[Document]) -> Iterator[Document]:
     """Yield Documents one at a time from a corpus without reading it all into memory.
 
-    `source`: an iterable of Documents; a named corpus ("bbc", loaded whole: it is small); a
-    `.txt` file in BERT's format (one sentence per line, a blank line between documents) read
-    line by line; or a folder of `.txt` files, one document each. Ids match `load_corpus`.
+    `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
+    a folder of `.txt` files streamed file by file, a BERT-format file streamed line by line).
     """
-    if not isinstance(source, (str, Path)):
+    if isinstance(source, (str, Path)):
+        yield from iter_corpus(source)
+    else:
         yield from source
-        return
-    path = Path(source)
-    if (isinstance(source, str) and source in CORPORA) or not path.exists():
-        yield from load_corpus(source)  # a named corpus, or load_corpus's clear error
-        return
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise ValueError(f"corpus folder '{path}' has no .txt files; put one document per .txt file in it")
-        for file in files:
-            text = file.read_text(encoding="utf-8").replace("\r\n", "\n").strip()
-            sentences = split_sentences(text)
-            if sentences:
-                rel = file.relative_to(path).with_suffix("").as_posix()
-                label = file.parent.name if file.parent != path else None
-                yield Document(id=rel, text=text, sentences=sentences, label=label)
-        return
-    with path.open(encoding="utf-8") as handle:
-        sentences: list[str] = []
-        index = 0
-        for line in handle:
-            line = line.strip()
-            if line:
-                sentences.append(line)
-                continue
-            if sentences:
-                yield Document(id=f"{path.stem}/{index}", text=" ".join(sentences), sentences=sentences)
-                sentences = []
-            index += 1
-        if sentences:
-            yield Document(id=f"{path.stem}/{index}", text=" ".join(sentences), sentences=sentences)
 
 
 class _PackedDoc:

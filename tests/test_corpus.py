@@ -246,3 +246,23 @@ def test_not_utf8_names_file_and_offset(tmp_path):
 def test_bad_errors_argument():
     with pytest.raises(ValueError, match="errors='bogus'"):
         load_corpus("bbc", errors="bogus")
+
+
+def test_iter_corpus_streams_same_documents_as_load_corpus(tmp_path):
+    from bertlab.corpus import iter_corpus
+
+    path = tmp_path / "bert_format.txt"
+    path.write_text("\n\nFirst one.\nSecond one.\n\n\n\nThird one.\n\nFourth.\nFifth.\n", encoding="utf-8")
+    streamed = list(iter_corpus(path))
+    loaded = load_corpus(path)
+    assert [d.id for d in streamed] == [d.id for d in loaded] == ["bert_format/0", "bert_format/1", "bert_format/2"]
+    assert [d.sentences for d in streamed] == [["First one.", "Second one."], ["Third one."], ["Fourth.", "Fifth."]]
+
+
+def test_bert_format_file_with_bad_bytes_names_the_offset(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"Good line.\n\nPrice \xa35.\n")
+    with pytest.raises(ValueError, match=r"bad\.txt.*byte offset 18"):
+        load_corpus(path)
+    docs = load_corpus(path, errors="replace")
+    assert docs[1].sentences == ["Price \ufffd5."]
