@@ -1,0 +1,171 @@
+"""Masked-LM masking speed: bertlab.mask_tokens vs transformers' DataCollatorForLanguageModeling.
+
+Both sides get the same padded BBC batches (64 sequences of [CLS] sentences [SEP], at most 128
+tokens, padded to the longest row) and run alternately, batch by batch, in one process: for each
+batch the steps run in a fresh random order, each step three times in a row. The first of the
+three runs on caches the previous step left cold ("cold"), the other two on warm ones ("warm").
+Two comparisons:
+
+1. masking alone: `mask_tokens(ids, specials, attention_mask=..., generator=g)` (and with
+   `row_seeds=`) vs `collator.torch_mask_tokens(ids, special_tokens_mask=None)`, which is how
+   the collator calls it when examples carry no precomputed special-token mask (it then builds
+   that mask row by row in Python);
+2. the whole collate from a list of examples (pad + attention mask + masking) vs calling the
+   collator on the same list of {"input_ids": [...]} examples.
+
+Prints medians (wall clock, and for warm calls also the calling thread's CPU time, which a busy
+shared machine disturbs less), tokens/s (padded positions) and the ratios. Takes ~30 s. Run:
+    .venv/bin/python benchmarks/masking.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import statistics
+import time
+import warnings
+
+import numpy as np
+import torch
+from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
+
+import bertlab as bl
+from bertlab.masking import example_seed, mask_tokens
+
+BATCH, MAX_LEN = 64, 128
+CALLS = 3  # consecutive calls per step and batch: one cold, then warm
+
+
+def make_examples(tok, docs, max_len: int = MAX_LEN) -> list[list[int]]:
+    """Pack each document's sentences into [CLS] chunk [SEP] examples of at most max_len tokens."""
+    specials = bl.special_ids(tok)
+    examples = []
+    for doc in docs:
+        chunk: list[int] = []
+        for ids in bl.tokenizer.encode_sentences(tok, doc.sentences):
+            if chunk and len(chunk) + len(ids) > max_len - 2:
+                examples.append([specials.cls, *chunk, specials.sep])
+                chunk = []
+            chunk.extend(ids[: max_len - 2])
+        if chunk:
+            examples.append([specials.cls, *chunk, specials.sep])
+    return examples
+
+
+def pad(examples: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Our padding step: one (B, T) tensor of ids and its attention mask.
+
+    numpy.fromiter reads the Python ints several times faster than torch.tensor(list) does.
+    """
+    lengths = np.fromiter(map(len, examples), dtype=np.int64, count=len(examples))
+    attention = np.arange(lengths.max())[None, :] < lengths[:, None]  # (B, T)
+    ids = np.full(attention.shape, pad_id, dtype=np.int64)
+    ids[attention] = np.fromiter(itertools.chain.from_iterable(examples), dtype=np.int64,
+                                 count=int(lengths.sum()))
+    return {"input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(attention.astype(np.int64))}
+
+
+def collate(examples, specials, generator):
+    batch = pad(examples, specials.pad)
+    batch["input_ids"], batch["labels"] = mask_tokens(
+        batch["input_ids"], specials, attention_mask=batch["attention_mask"], generator=generator
+    )
+    return batch
+
+
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) for one call."""
+    start, start_cpu = time.perf_counter(), time.thread_time()
+    fn()
+    return time.perf_counter() - start, time.thread_time() - start_cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=40, help="distinct batches (default 40)")
+    parser.add_argument("--repeats", type=int, default=5, help="passes over them (default 5)")
+    args = parser.parse_args()
+
+    docs = bl.load_corpus("bbc")
+    tok = bl.train_tokenizer(docs)
+    specials = bl.special_ids(tok)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, mask_token="[MASK]", pad_token="[PAD]", cls_token="[CLS]",
+        sep_token="[SEP]", unk_token="[UNK]",
+    )
+    collator = DataCollatorForLanguageModeling(hf_tok, mlm_probability=0.15, seed=0)
+    collator.create_rng("pt")  # what the collator's first call does when given a seed
+
+    examples = make_examples(tok, docs)
+    groups = [examples[i * BATCH:(i + 1) * BATCH] for i in range(args.batches)]
+    padded = [pad(group, specials.pad) for group in groups]
+    hf_examples = [[{"input_ids": e} for e in group] for group in groups]
+    generator = torch.Generator().manual_seed(0)
+    order_rng = random.Random(0)
+    positions = sum(b["input_ids"].numel() for b in padded) / len(padded)
+    real = sum(int(b["attention_mask"].sum()) for b in padded) / len(padded)
+
+    keys = ("hf", "ours", "ours_seeds", "hf_collate", "ours_collate")
+    warm: dict[str, list[float]] = {k: [] for k in keys}
+    warm_cpu: dict[str, list[float]] = {k: [] for k in keys}
+    cold: dict[str, list[float]] = {k: [] for k in keys}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fast-tokenizer padding hint, once per call
+        for repeat in range(args.repeats + 1):  # the first pass warms up and is not counted
+            for i, (batch, group, hf_group) in enumerate(zip(padded, groups, hf_examples,
+                                                              strict=True)):
+                ids, mask = batch["input_ids"], batch["attention_mask"]
+                seeds = example_seed(0, repeat, torch.arange(i * BATCH, i * BATCH + len(ids)))
+                hf_inputs = [ids.clone() for _ in range(CALLS)]  # it writes into its input
+                steps = {
+                    "hf": lambda c: collator.torch_mask_tokens(hf_inputs[c]),  # noqa: B023
+                    "ours": lambda c: mask_tokens(  # noqa: B023
+                        ids, specials, attention_mask=mask, generator=generator),  # noqa: B023
+                    "ours_seeds": lambda c: mask_tokens(  # noqa: B023
+                        ids, specials, attention_mask=mask, row_seeds=seeds),  # noqa: B023
+                    "hf_collate": lambda c: collator(hf_group),  # noqa: B023
+                    "ours_collate": lambda c: collate(group, specials, generator),  # noqa: B023
+                }
+                for key in order_rng.sample(keys, len(keys)):  # a fresh order per batch
+                    for call in range(CALLS):
+                        elapsed, cpu = timed(lambda: steps[key](call))  # noqa: B023
+                        if not repeat:
+                            continue
+                        if call == 0:  # right after another step: cold caches
+                            cold[key].append(elapsed)
+                        else:
+                            warm[key].append(elapsed)
+                            warm_cpu[key].append(cpu)
+
+    med = {name: {k: statistics.median(v) for k, v in table.items()}
+           for name, table in (("warm", warm), ("cpu", warm_cpu), ("cold", cold))}
+    print(f"{len(groups)} BBC batches of {BATCH}, mean {positions / BATCH:.1f} padded positions "
+          f"per row ({real / positions:.0%} real tokens); {args.repeats} timed passes; "
+          f"torch threads: {torch.get_num_threads()}")
+    print(f"{'':<42}{'-------- warm --------':>24}{'--- warm CPU ---':>17}{'---- cold ----':>16}")
+    print(f"{'step':<42}{'ms':>8}{'M tok/s':>9}{'ratio':>7}{'ms':>10}{'ratio':>7}"
+          f"{'ms':>9}{'ratio':>7}")
+    rows = [
+        ("masking  transformers torch_mask_tokens", "hf", "hf"),
+        ("masking  bertlab mask_tokens (generator)", "ours", "hf"),
+        ("masking  bertlab mask_tokens (row_seeds)", "ours_seeds", "hf"),
+        ("collate  transformers collator(examples)", "hf_collate", "hf_collate"),
+        ("collate  bertlab pad + mask_tokens", "ours_collate", "hf_collate"),
+    ]
+    for name, key, ref in rows:
+        line = f"{name:<42}{med['warm'][key] * 1e3:>8.3f}{positions / med['warm'][key] / 1e6:>9.1f}"
+        for kind in ("warm", "cpu", "cold"):
+            if kind != "warm":
+                line += f"{med[kind][key] * 1e3:>{10 if kind == 'cpu' else 9}.3f}"
+            line += f"{med[kind][ref] / med[kind][key]:>6.1f}x"
+        print(line)
+    print("Medians. warm: calls 2-3 of each step's block of 3 (wall clock); warm CPU: the same\n"
+          "calls, the calling thread's CPU time (steadier on a busy machine); cold: the first\n"
+          "call of each block, right after another step. M tok/s counts padded positions;\n"
+          "ratio = transformers time / this time.")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,606 @@
+"""Masked-LM masking: pick prediction targets, perturb them 80/10/10, label the originals.
+
+BERT's recipe has three steps, and the "15%" belongs to the first one only:
+
+1. select: about 15% of the maskable tokens become prediction targets;
+2. perturb each target: 80% -> [MASK], 10% -> a random token, 10% -> left unchanged;
+3. label: the original id at every target, -100 (ignored by the loss) everywhere else.
+
+`mask_tokens` does this for a whole batch with tensor operations; `mask_tokens_reference` is the
+plain Python loop the course starts from. Randomness comes either from a `torch.Generator` or from
+per-row seeds hashed with the position (counter-based, so a row's mask depends only on its seed).
+
+Taught in notebooks/02_masked_lm.ipynb.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Encoding, Tokenizer
+
+from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
+
+IGNORE_INDEX = -100  # label of a position that is not predicted (cross-entropy's ignore_index)
+SELECTIONS = ("bernoulli", "exact")
+
+
+class Decision(enum.IntEnum):
+    """What masking did at one position (returned by `mask_tokens(..., return_decisions=True)`).
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+
+    NOT_TARGET = 0  # not predicted: input unchanged, label -100
+    MASK = 1  # target, input replaced by [MASK]
+    RANDOM = 2  # target, input replaced by a random non-special token (may equal the original)
+    KEEP = 3  # target, input left unchanged
+
+
+# --- counter-based randomness (splitmix64 on int64 tensors) ----------------------------------------
+# splitmix64 (Steele, Lea & Flood 2014) turns a counter into 64 well-mixed bits. Multiplication on
+# int64 tensors wraps modulo 2**64, which is exactly the arithmetic the mix needs; right shifts on
+# signed tensors are arithmetic, so each shift is masked to behave as a logical one.
+
+_MASK64 = (1 << 64) - 1
+
+
+def _signed64(x: int) -> int:
+    x &= _MASK64
+    return x - (1 << 64) if x >> 63 else x
+
+
+_GAMMA = _signed64(0x9E3779B97F4A7C15)  # splitmix64's counter increment (golden ratio)
+_MIX1 = _signed64(0xBF58476D1CE4E5B9)
+_MIX2 = _signed64(0x94D049BB133111EB)
+_LOW53 = (1 << 53) - 1
+_LOW32 = (1 << 32) - 1
+
+# Draw kinds: each random quantity gets its own counter stream, so they are independent.
+_SELECT, _DECIDE, _WORD_SELECT, _WORD_DECIDE = range(4)
+_KIND_BITS = 3
+
+
+def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _MIX1
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _MIX2
+    return z ^ ((z >> 31) & ((1 << 33) - 1))
+
+
+def _mix_int(z: int) -> int:
+    z &= _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return _signed64(z ^ (z >> 31))
+
+
+def example_seed(seed: int, epoch_or_dupe: int, index: int | torch.Tensor) -> int | torch.Tensor:
+    """Return the row seed of example `index` for pass `epoch_or_dupe` of a run seeded with `seed`.
+
+    Pass the result as `mask_tokens(..., row_seeds=...)`. Dynamic masking (RoBERTa): use the epoch,
+    so every epoch gets a fresh mask, identical on any number of processes or workers. Static
+    masking with a dupe factor (Google's `create_pretraining_data.py`): use the copy number
+    0..dupe_factor-1 and keep it fixed across epochs. `index` may be an int (returns an int) or a
+    LongTensor of indices (returns a LongTensor of seeds, same values). Seeds are non-negative.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    # Chained splitmix64 steps: each input moves the state along the golden-ratio counter.
+    inner = _mix_int(_mix_int(seed * _GAMMA + _GAMMA) + (epoch_or_dupe + 1) * _GAMMA)
+    if isinstance(index, torch.Tensor):
+        if index.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"example_seed: index has dtype {index.dtype}; pass integer indices")
+        return _mix_tensor(inner + (index.long() + 1) * _GAMMA) & ((1 << 63) - 1)
+    return _mix_int(inner + (index + 1) * _GAMMA) & ((1 << 63) - 1)
+
+
+def _mix_numpy(z: np.ndarray) -> np.ndarray:
+    # The same splitmix64 finalizer on uint64 arrays, whose shifts are logical and whose products
+    # wrap: fewer and cheaper steps than on int64 tensors, the same numbers.
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+class _Draws:
+    """The random numbers of one `mask_tokens` call: from a generator, or hashed from row seeds.
+
+    Keys are uniforms in [0, 1): float32 from the generator, or 53-bit integers k (standing for
+    k / 2**53) from the hash, compared with thresholds in their own units. In hash mode, draw
+    `kind` at index j of row i is output number j * 8 + kind + 1 of the splitmix64 stream that
+    starts at row i's mixed seed. On the CPU the hash runs on numpy uint64 arrays (about three
+    times cheaper per step at batch sizes); on other devices on int64 tensors (same numbers).
+    """
+
+    def __init__(self, generator: torch.Generator | None, row_seeds: torch.Tensor | None,
+                 device: torch.device, use_numpy: bool | None = None) -> None:
+        self.generator, self.device = generator, device
+        self.hashed = row_seeds is not None
+        self.last = 1 << 62 if self.hashed else 2.0  # sorts after every key
+        self.numpy = device.type == "cpu" if use_numpy is None else use_numpy
+        self._starts: dict[int, Any] = {}
+        if self.hashed:
+            if self.numpy:
+                self.state = _mix_numpy(row_seeds.cpu().contiguous().numpy().view(np.uint64))
+            else:
+                self.state = _mix_tensor(row_seeds)  # (B,)
+
+    def _start(self, length: int) -> Any:
+        """Stream position of kind 0 at every (row, index), shape (B, L)."""
+        if length not in self._starts:
+            if self.numpy:
+                index = np.arange(length, dtype=np.uint64)
+                offset = ((index << np.uint64(_KIND_BITS)) + np.uint64(1)) * np.uint64(_GAMMA & _MASK64)
+            else:
+                index = torch.arange(length, device=self.device)
+                offset = ((index << _KIND_BITS) + 1) * _GAMMA  # (L,)
+            self._starts[length] = self.state[:, None] + offset[None, :]  # (B, 1) + (1, L)
+        return self._starts[length]
+
+    def _hash(self, kind: int, length: int, flat: torch.Tensor | None = None) -> Any:
+        """64 hashed bits at every (row, index) of (B, L), or at the listed flat positions only."""
+        start = self._start(length)
+        if self.numpy:
+            if flat is not None:
+                start = start.reshape(-1)[flat.cpu().numpy()]
+            return _mix_numpy(start + np.uint64((kind * _GAMMA) & _MASK64))
+        if flat is not None:
+            start = start.take(flat)
+        return _mix_tensor(start + _signed64(kind * _GAMMA))
+
+    def grid(self, kind: int, batch: int, length: int) -> torch.Tensor:
+        """Keys for every (row, index), shape (B, L)."""
+        if not self.hashed:
+            return torch.rand((batch, length), generator=self.generator, device=self.device)
+        z = self._hash(kind, length)
+        if self.numpy:
+            return torch.from_numpy((z >> np.uint64(11)).view(np.int64)).to(self.device)
+        return (z >> 11) & _LOW53
+
+    def below(self, keys: torch.Tensor, probability: float) -> torch.Tensor:
+        """Where a key, read as a uniform in [0, 1), is below `probability`."""
+        if keys.is_floating_point():
+            return keys < probability
+        return keys < math.ceil(probability * (1 << 53))  # exact: scaling by 2**53 loses nothing
+
+    def uniform(self, keys: torch.Tensor) -> torch.Tensor:
+        """The keys as float64 uniforms in [0, 1)."""
+        if keys.is_floating_point():
+            return keys.double()
+        return keys.double() * (1.0 / (1 << 53))
+
+    def at(self, kind: int, flat: torch.Tensor, length: int,
+           n: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A uniform in [0, 1) and an integer in [0, n) at each listed flat position of (B, L).
+
+        Both come from one 64-bit hash: the uniform from its high 32 bits, the integer from
+        its low 32 bits by multiply-shift (off from uniform by at most n / 2**32 per value).
+        """
+        if not self.hashed:
+            u = torch.rand(flat.shape, generator=self.generator, device=self.device)
+            if n is None:
+                return u, None
+            return u, torch.randint(n, flat.shape, generator=self.generator, device=self.device)
+        z = self._hash(kind, length, flat)  # (k,)
+        if self.numpy:
+            u = torch.from_numpy((z >> np.uint64(32)).astype(np.float64) * (1.0 / (1 << 32)))
+            if n is None:
+                return u.to(self.device), None
+            pick = ((z & np.uint64(_LOW32)) * np.uint64(n)) >> np.uint64(32)
+            return u.to(self.device), torch.from_numpy(pick.view(np.int64)).to(self.device)
+        u = ((z >> 32) & _LOW32).double() * (1.0 / (1 << 32))
+        return u, None if n is None else ((z & _LOW32) * n) >> 32
+
+
+# --- input checking ---------------------------------------------------------------------------------
+
+
+def _check_probability(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]")
+    return float(value)
+
+
+def _as_batch(input_ids: Any) -> tuple[torch.Tensor, bool]:
+    if not isinstance(input_ids, torch.Tensor):
+        raise ValueError(
+            f"input_ids is a {type(input_ids).__name__}; pass a LongTensor of shape (T,) or (B, T) "
+            f"(e.g. torch.tensor(ids))"
+        )
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise ValueError(
+            f"input_ids has dtype {input_ids.dtype}; token ids must be integers (use .long())"
+        )
+    if input_ids.dim() == 1:
+        return input_ids[None, :], True
+    if input_ids.dim() == 2:
+        return input_ids, False
+    raise ValueError(
+        f"input_ids has shape {tuple(input_ids.shape)}; pass (T,) for one sequence or (B, T) "
+        f"for a batch (reshape to (-1, T) first)"
+    )
+
+
+def _as_row_seeds(row_seeds: Any, batch: int, squeeze: bool, device: torch.device) -> torch.Tensor:
+    if isinstance(row_seeds, int) and not isinstance(row_seeds, bool):
+        row_seeds = torch.tensor([row_seeds], dtype=torch.int64)
+    elif isinstance(row_seeds, (list, tuple)):
+        row_seeds = torch.tensor(row_seeds, dtype=torch.int64)
+    if not isinstance(row_seeds, torch.Tensor) or row_seeds.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            "row_seeds must be a LongTensor of shape (B,) (one seed per row; see "
+            "bertlab.masking.example_seed)"
+        )
+    if squeeze and row_seeds.dim() == 0:
+        row_seeds = row_seeds[None]
+    if tuple(row_seeds.shape) != (batch,):
+        raise ValueError(
+            f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has {batch} row(s); "
+            f"pass one seed per row, shape ({batch},)"
+        )
+    return row_seeds.to(device=device, dtype=torch.int64)
+
+
+def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
+                 device: torch.device) -> torch.Tensor:
+    if isinstance(word_ids, torch.Tensor):
+        if word_ids.is_floating_point() or word_ids.dtype == torch.bool:
+            raise ValueError(f"word_ids has dtype {word_ids.dtype}; pass integer word indices")
+        tensor = word_ids[None, :] if squeeze and word_ids.dim() == 1 else word_ids
+    else:
+        rows = [word_ids] if squeeze else list(word_ids)
+        if len(rows) != shape[0] or any(len(row) != shape[1] for row in rows):
+            lengths = sorted({len(row) for row in rows})
+            raise ValueError(
+                f"word_ids has {len(rows)} row(s) of length(s) {lengths} but input_ids has shape "
+                f"{shape}; pass one word index (or None) per token"
+            )
+        tensor = torch.tensor([[-1 if w is None else w for w in row] for row in rows],
+                              dtype=torch.int64)
+    if tuple(tensor.shape) != shape:
+        raise ValueError(
+            f"word_ids has shape {tuple(word_ids.shape)} but input_ids has shape {shape}; pass one "
+            f"word index per token (-1 for specials and padding)"
+        )
+    return tensor.to(device=device, dtype=torch.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _special_runs(specials: SpecialIds) -> tuple[tuple[int, int], ...]:
+    """The special ids as sorted runs of consecutive ids: ((0, 4),) for a bertlab vocabulary."""
+    runs: list[list[int]] = []
+    for token_id in sorted(set(specials.all)):
+        if runs and token_id == runs[-1][1] + 1:
+            runs[-1][1] = token_id
+        else:
+            runs.append([token_id, token_id])
+    return tuple((low, high) for low, high in runs)
+
+
+def _not_special(ids: torch.Tensor, runs: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    # A range test per run of consecutive special ids: far cheaper than torch.isin on a batch.
+    keep = None
+    for low, high in runs:
+        if low == 0:  # ids are known to be >= 0
+            outside = ids > high
+        else:
+            outside = ids != low if low == high else (ids < low) | (ids > high)
+        keep = outside if keep is None else keep & outside
+    return keep
+
+
+def _nth_non_special(n: torch.Tensor, runs: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    """Map 0..V-k-1 onto the non-special ids in order, so a uniform n gives a uniform token."""
+    for low, high in runs:  # ascending: step over each run of special ids in turn
+        n = n + (high - low + 1) if low == 0 else torch.where(n >= low, n + (high - low + 1), n)
+    return n
+
+
+# --- selection ----------------------------------------------------------------------------------------
+
+
+def _ranks(keys: torch.Tensor, eligible: torch.Tensor, last: float | int) -> torch.Tensor:
+    """Rank (0 = smallest key) of each eligible entry within its row; ineligible ones rank last."""
+    order = keys.masked_fill(~eligible, last).argsort(dim=1)  # (B, L)
+    positions = torch.arange(keys.shape[1], device=keys.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, positions)
+
+
+def _exact_budget(count: torch.Tensor, mlm_probability: float,
+                  max_predictions: int | None) -> torch.Tensor:
+    # Google's rule, on maskable tokens: min(max_predictions, max(1, round(n * p))). torch.round
+    # rounds halves to even like Python 3's round; float64 gives the same product Python does.
+    budget = torch.round(count.to(torch.float64) * mlm_probability).long().clamp(min=1)
+    if max_predictions is not None:
+        budget = budget.clamp(max=max_predictions)
+    return torch.where(count > 0, budget, 0)
+
+
+def _ensure_one(selected: torch.Tensor, eligible: torch.Tensor, keys: torch.Tensor,
+                last: float | int) -> torch.Tensor:
+    """Give every row with an eligible entry but no selection the eligible entry of smallest key."""
+    if bool(selected.any(dim=1).all()):  # the usual case, checked cheaply
+        return selected
+    empty = eligible.any(dim=1) & ~selected.any(dim=1)  # (B,)
+    if not bool(empty.any()):
+        return selected
+    # Given that nothing was picked, the eligible keys are i.i.d. uniform above the threshold, so
+    # the smallest one sits at a uniformly random eligible position.
+    first = keys.masked_fill(~eligible, last).argmin(dim=1)  # (B,)
+    forced = torch.zeros_like(selected)
+    forced[empty, first[empty]] = True
+    return selected | forced
+
+
+def _select_tokens(keys: torch.Tensor, maskable: torch.Tensor, mlm_probability: float,
+                   selection: str, max_predictions: int | None, draws: _Draws) -> torch.Tensor:
+    if selection == "exact":
+        budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
+        return _ranks(keys, maskable, draws.last) < budget[:, None]
+    selected = draws.below(keys, mlm_probability) & maskable
+    if max_predictions is not None:
+        selected &= _ranks(keys, maskable, draws.last) < max_predictions
+    return _ensure_one(selected, maskable, keys, draws.last)
+
+
+def _select_words(
+    word_keys: torch.Tensor, word_length: torch.Tensor, n_maskable: torch.Tensor,
+    mlm_probability: float, selection: str, max_predictions: int | None, draws: _Draws,
+) -> torch.Tensor:
+    """Selected words (B, W) given per-word keys and maskable-token counts, never splitting one."""
+    candidate = word_length > 0  # (B, W)
+    if selection == "bernoulli":
+        chosen = draws.below(word_keys, mlm_probability) & candidate
+        if max_predictions is None:
+            return _ensure_one(chosen, candidate, word_keys, draws.last)
+        budget = torch.full_like(n_maskable, max_predictions)
+    else:
+        chosen = candidate
+        budget = _exact_budget(n_maskable, mlm_probability, max_predictions)
+    # Google's greedy fill: visit the chosen words in random order, take a word when its tokens
+    # still fit in the token budget, skip it otherwise. The loop runs over word ranks, not rows.
+    order = word_keys.masked_fill(~chosen, draws.last).argsort(dim=1)  # (B, W)
+    length = word_length.gather(1, order).masked_fill(~chosen.gather(1, order), 0)
+    taken = torch.zeros_like(chosen)
+    total = torch.zeros_like(budget)
+    for rank in range(order.shape[1]):
+        fits = (length[:, rank] > 0) & (total + length[:, rank] <= budget)
+        total = total + torch.where(fits, length[:, rank], 0)
+        taken[:, rank] = fits
+    selected = torch.zeros_like(chosen).scatter_(1, order, taken)
+    # A budget smaller than every word would leave the row without a target: take its first word.
+    return _ensure_one(selected, chosen, word_keys, draws.last)
+
+
+# --- the public functions ---------------------------------------------------------------------------
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    tokenizer_or_special_ids: Tokenizer | SpecialIds,
+    *,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    selection: str = "bernoulli",
+    max_predictions: int | None = None,
+    word_ids: torch.Tensor | Sequence[Any] | None = None,
+    per_word_decision: bool = True,
+    attention_mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    row_seeds: torch.Tensor | Sequence[int] | int | None = None,
+    return_decisions: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Return `(masked_input_ids, labels)`: BERT's masked-LM inputs and targets for `input_ids`.
+
+    `input_ids` is a LongTensor of shape (T,) or (B, T); it is never modified. The three steps:
+
+    1. Select targets among the maskable positions: every position except the special tokens
+       ([PAD], [UNK], [CLS], [SEP], [MASK]) and, when `attention_mask` is given, its zeros.
+       `selection="bernoulli"`: each one independently with `mlm_probability` (what
+       transformers does). `selection="exact"`: exactly min(max_predictions, max(1, round(n * p)))
+       of the n maskable tokens per sequence. Google's `create_pretraining_data.py` uses the same
+       rule but counts [CLS] and [SEP] in n, so its realised rate over maskable tokens is a little
+       higher (0.152-0.164 at 128 tokens); `round` halves to even, as Python 3 does.
+       `max_predictions` also caps the Bernoulli count (the kept targets are a uniform subset).
+    2. Perturb each target: `mask_replace_prob` -> [MASK]; `random_replace_prob` -> a token drawn
+       uniformly from the non-special vocabulary (Google and transformers may draw special ones);
+       the rest stay unchanged.
+    3. Label: the original id at every target, -100 (`IGNORE_INDEX`) everywhere else.
+
+    [UNK] is never a target: its "original" carries no information to predict (transformers skips
+    it too; Google's code does not). A sequence with at least one maskable token always gets at
+    least one target when `mlm_probability > 0` (a uniformly chosen one if the draw gave none):
+    a row without targets teaches nothing, and a batch of such rows gives a NaN loss
+    (transformers#16711). Under Bernoulli selection that raises the expected rate over n maskable
+    tokens from p to p + (1 - p)**n / n: +0.034 at n = 8, under 1e-6 beyond n = 64.
+    `mlm_probability=0` selects nothing.
+
+    Whole-word masking: pass `word_ids` (per sequence, one word index per token and None for
+    specials and padding; a list of lists for a batch, or a LongTensor with -1 for None; see
+    `word_ids_from_encoding`). Words are then selected as a whole: Bernoulli per word, or, in
+    exact mode, Google's greedy fill of the token budget in random word order (a word that does
+    not fit is skipped, so a word is never split; if no word fits, one word is taken anyway).
+    Positions with word id -1 are never selected. With `per_word_decision=True` all pieces of a
+    word get the same 80/10/10 decision; `False` decides per piece, as Google does.
+
+    Randomness: `generator` (a torch.Generator; reproducible for a given batch) or `row_seeds`
+    (one int64 seed per row): row i's draws are a counter-based hash (splitmix64) of (seed, position,
+    kind of draw), so a row's mask depends only on its seed and its tokens, never on which batch,
+    worker, process or device it lands in, nor on how far the batch is padded. Build row seeds
+    with `example_seed(seed, epoch_or_dupe, index)`. Neither given: torch's global generator.
+
+    With `return_decisions=True` a third tensor (int8, same shape) holds a `Decision` per position:
+    NOT_TARGET, MASK, RANDOM or KEEP. Tests count these, since a random replacement can equal the
+    original token.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    ids, squeeze = _as_batch(input_ids)  # (B, T)
+    specials = special_ids(tokenizer_or_special_ids)
+    mlm_probability = _check_probability("mlm_probability", mlm_probability)
+    mask_replace_prob = _check_probability("mask_replace_prob", mask_replace_prob)
+    random_replace_prob = _check_probability("random_replace_prob", random_replace_prob)
+    if mask_replace_prob + random_replace_prob > 1.0 + 1e-12:
+        raise ValueError(
+            f"mask_replace_prob + random_replace_prob = {mask_replace_prob + random_replace_prob:g} "
+            f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 leave 0.1)"
+        )
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is unknown; use one of {', '.join(SELECTIONS)}")
+    if max_predictions is not None and (isinstance(max_predictions, bool)
+                                        or not isinstance(max_predictions, int)
+                                        or max_predictions < 1):
+        raise ValueError(f"max_predictions={max_predictions!r}; pass a positive int or None")
+    if generator is not None and row_seeds is not None:
+        raise ValueError("pass either generator= or row_seeds=, not both")
+    ids = ids.contiguous()  # flat positions below index the row-major layout
+    batch, length = ids.shape
+    device = ids.device
+    if row_seeds is not None:
+        row_seeds = _as_row_seeds(row_seeds, batch, squeeze, device)
+
+    runs = _special_runs(specials)
+    n_allowed = specials.vocab_size - sum(high - low + 1 for low, high in runs)
+    if ids.numel():
+        low, high = torch.aminmax(ids)
+        if int(low) < 0 or int(high) >= specials.vocab_size:
+            raise ValueError(
+                f"input_ids holds ids from {int(low)} to {int(high)} but the vocabulary has "
+                f"{specials.vocab_size} tokens; pass the tokenizer that produced these ids"
+            )
+    maskable = _not_special(ids, runs)  # (B, T)
+    if attention_mask is not None:
+        attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
+        if tuple(attention.shape) != (batch, length):
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has shape "
+                f"{tuple(input_ids.shape)}; pass the mask of the same batch"
+            )
+        maskable.logical_and_(attention)
+
+    draws = _Draws(generator, row_seeds, device)
+    words = None
+    if mlm_probability == 0.0:
+        selected = torch.zeros_like(maskable)
+    elif word_ids is None:
+        keys = draws.grid(_SELECT, batch, length)  # (B, T)
+        selected = _select_tokens(keys, maskable, mlm_probability, selection, max_predictions,
+                                  draws)
+    else:
+        words = _as_word_ids(word_ids, (batch, length), squeeze, device)  # (B, T), -1 = none
+        maskable &= words >= 0
+        n_words = max(int(words.max()) + 1, 1) if words.numel() else 1
+        words = words.clamp(min=0)
+        word_length = torch.zeros((batch, n_words), dtype=torch.int64, device=device)
+        word_length.scatter_add_(1, words, maskable.long())  # maskable tokens per word, (B, W)
+        word_keys = draws.grid(_WORD_SELECT, batch, n_words)  # (B, W)
+        chosen = _select_words(word_keys, word_length, maskable.sum(dim=1), mlm_probability,
+                               selection, max_predictions, draws)
+        selected = chosen.gather(1, words) & maskable  # (B, W) -> (B, T)
+
+    # Steps 2 and 3 touch only the k targets (about 15% of the batch), as flat (k,) tensors.
+    flat = selected.view(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
+    original = ids.take(flat)
+    replace_from = n_allowed if random_replace_prob > 0.0 else None
+    decide, pick = draws.at(_DECIDE, flat, length, replace_from)
+    if words is not None and per_word_decision:  # one decision per word, shared by its pieces
+        word_flat = (flat // length) * n_words + words.take(flat)  # (k,) positions in (B, W)
+        decide = draws.uniform(draws.grid(_WORD_DECIDE, batch, n_words).take(word_flat))
+    # decide in [0, m): [MASK]; in [m, m + r): a random token; in [m + r, 1): kept.
+    new = original
+    if pick is not None:
+        pick = _nth_non_special(pick, runs).to(ids.dtype)
+        new = torch.where(decide < mask_replace_prob + random_replace_prob, pick, original)
+    new = torch.where(decide < mask_replace_prob, specials.mask, new)
+    outputs = [ids.put(flat, new), torch.where(selected, ids, IGNORE_INDEX)]
+    if return_decisions:
+        decision = torch.full_like(original, int(Decision.KEEP), dtype=torch.int8)
+        if pick is not None:
+            decision[decide < mask_replace_prob + random_replace_prob] = int(Decision.RANDOM)
+        decision[decide < mask_replace_prob] = int(Decision.MASK)
+        outputs.append(torch.zeros_like(ids, dtype=torch.int8).put_(flat, decision))
+    if squeeze:
+        outputs = [t[0] for t in outputs]
+    return tuple(outputs)
+
+
+def mask_tokens_reference(
+    tokens: Sequence[Any],
+    vocab: Sequence[Any],
+    *,
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    mask_token: Any = MASK,
+    special_tokens: Sequence[Any] = SPECIAL_TOKENS,
+    rng: random.Random,
+    return_decisions: bool = False,
+) -> tuple[list[Any], ...]:
+    """Return `(masked_tokens, labels)` from the plain one-token-at-a-time loop in the BERT paper.
+
+    Works on token strings (e.g. ["我", "爱", "华", ...]) or ids: `vocab` lists what a random
+    replacement may be, `mask_token` and `special_tokens` must be of the same kind as `tokens`.
+    Labels hold the original token at each target and -100 elsewhere. Unlike `mask_tokens` it
+    may return no target at all (the loop has no guarantee), and it is slow: it is the readable
+    definition the vectorized version is tested against.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    for name, value in (("mlm_probability", mlm_probability),
+                        ("mask_replace_prob", mask_replace_prob),
+                        ("random_replace_prob", random_replace_prob)):
+        _check_probability(name, value)
+    if mask_replace_prob + random_replace_prob > 1.0 + 1e-12:
+        raise ValueError("mask_replace_prob + random_replace_prob exceeds 1; lower one of them")
+    skip = set(special_tokens)
+    masked, labels, decisions = [], [], []
+    for token in tokens:
+        if token in skip or rng.random() >= mlm_probability:  # step 1: is it a target?
+            masked.append(token)
+            labels.append(IGNORE_INDEX)  # step 3: not predicted
+            decisions.append(Decision.NOT_TARGET)
+            continue
+        r = rng.random()  # step 2: how is the target perturbed?
+        if r < mask_replace_prob:
+            masked.append(mask_token)
+            decisions.append(Decision.MASK)
+        elif r < mask_replace_prob + random_replace_prob:
+            masked.append(rng.choice(vocab))
+            decisions.append(Decision.RANDOM)
+        else:
+            masked.append(token)
+            decisions.append(Decision.KEEP)
+        labels.append(token)  # step 3: predict the original, whatever the input shows
+    return (masked, labels, decisions) if return_decisions else (masked, labels)
+
+
+def word_ids_from_encoding(encoding: Encoding | Sequence[Encoding]) -> list[Any]:
+    """Return one word index per token (None for special tokens and padding) for whole-word masking.
+
+    English WordPiece: a token starting with "##" continues the previous word. Indices run over
+    the whole sequence, so the two sentences of a pair never share one (the tokenizer's own
+    `encoding.word_ids` restart at 0 for the second sentence). A list of encodings gives a list
+    of lists.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    if not isinstance(encoding, Encoding):
+        return [word_ids_from_encoding(e) for e in encoding]
+    words: list[int | None] = []
+    current = -1
+    for token, special in zip(encoding.tokens, encoding.special_tokens_mask, strict=True):
+        if special:
+            words.append(None)
+            continue
+        if not (token.startswith("##") and words and words[-1] is not None):
+            current += 1
+        words.append(current)
+    return words
