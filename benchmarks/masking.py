@@ -10,7 +10,8 @@ Two comparisons:
    `row_seeds=`) vs `collator.torch_mask_tokens(ids, special_tokens_mask=None)`, which is how
    the collator calls it when examples carry no precomputed special-token mask (it then builds
    that mask row by row in Python);
-2. the whole collate from a list of examples (pad + attention mask + masking) vs calling the
+2. the whole collate from a list of examples (bertlab.data.PretrainingCollator: pad, segment ids,
+   attention mask, row-seeded masking) vs calling the
    collator on the same list of {"input_ids": [...]} examples.
 
 Prints medians (wall clock, and for warm calls also the calling thread's CPU time, which a busy
@@ -32,6 +33,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
 import bertlab as bl
+from bertlab.data import PretrainingCollator
 from bertlab.masking import example_seed, mask_tokens
 
 BATCH, MAX_LEN = 64, 128
@@ -68,12 +70,13 @@ def pad(examples: list[list[int]], pad_id: int) -> dict[str, torch.Tensor]:
             "attention_mask": torch.from_numpy(attention.astype(np.int64))}
 
 
-def collate(examples, specials, generator):
-    batch = pad(examples, specials.pad)
-    batch["input_ids"], batch["labels"] = mask_tokens(
-        batch["input_ids"], specials, attention_mask=batch["attention_mask"], generator=generator
-    )
-    return batch
+def collate_items(examples: list[list[int]], offset: int) -> list[dict]:
+    """The dataset items bertlab's collator takes: ids, segment ids, a row seed, an NSP label."""
+    return [
+        {"input_ids": ids, "token_type_ids": [0] * len(ids), "row_seed": int(example_seed(0, 0, offset + j)),
+         "next_sentence_label": 0}
+        for j, ids in enumerate(examples)
+    ]
 
 
 def timed(fn) -> tuple[float, float]:
@@ -103,6 +106,8 @@ def main() -> None:
     groups = [examples[i * BATCH:(i + 1) * BATCH] for i in range(args.batches)]
     padded = [pad(group, specials.pad) for group in groups]
     hf_examples = [[{"input_ids": e} for e in group] for group in groups]
+    our_items = [collate_items(group, i * BATCH) for i, group in enumerate(groups)]
+    our_collator = PretrainingCollator(tok)
     generator = torch.Generator().manual_seed(0)
     order_rng = random.Random(0)
     positions = sum(b["input_ids"].numel() for b in padded) / len(padded)
@@ -115,7 +120,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fast-tokenizer padding hint, once per call
         for repeat in range(args.repeats + 1):  # the first pass warms up and is not counted
-            for i, (batch, group, hf_group) in enumerate(zip(padded, groups, hf_examples,
+            for i, (batch, items, hf_group) in enumerate(zip(padded, our_items, hf_examples,
                                                               strict=True)):
                 ids, mask = batch["input_ids"], batch["attention_mask"]
                 seeds = example_seed(0, repeat, torch.arange(i * BATCH, i * BATCH + len(ids)))
@@ -127,7 +132,7 @@ def main() -> None:
                     "ours_seeds": lambda c: mask_tokens(  # noqa: B023
                         ids, specials, attention_mask=mask, row_seeds=seeds),  # noqa: B023
                     "hf_collate": lambda c: collator(hf_group),  # noqa: B023
-                    "ours_collate": lambda c: collate(group, specials, generator),  # noqa: B023
+                    "ours_collate": lambda c: our_collator(items),  # noqa: B023
                 }
                 for key in order_rng.sample(keys, len(keys)):  # a fresh order per batch
                     for call in range(CALLS):
@@ -153,7 +158,7 @@ def main() -> None:
         ("masking  bertlab mask_tokens (generator)", "ours", "hf"),
         ("masking  bertlab mask_tokens (row_seeds)", "ours_seeds", "hf"),
         ("collate  transformers collator(examples)", "hf_collate", "hf_collate"),
-        ("collate  bertlab pad + mask_tokens", "ours_collate", "hf_collate"),
+        ("collate  bertlab PretrainingCollator(items)", "ours_collate", "hf_collate"),
     ]
     for name, key, ref in rows:
         line = f"{name:<42}{med['warm'][key] * 1e3:>8.3f}{positions / med['warm'][key] / 1e6:>9.1f}"
