@@ -1,30 +1,83 @@
 """bertlab: BERT pretraining, built step by step.
 
-Importing bertlab never trains, downloads, prints or plots; it only defines things.
+Importing bertlab never trains, downloads, prints or plots; it only defines things. Each name
+below comes from the module of the lesson that teaches it (see the module docstrings).
 """
 
-from bertlab.corpus import Document, load_corpus, split_documents, split_of, split_sentences
+from bertlab.corpus import (
+    CORPORA,
+    Document,
+    corpus_stats,
+    iter_corpus,
+    load_corpus,
+    split_documents,
+    split_of,
+    split_sentences,
+)
+from bertlab.data import (
+    NspDataset,
+    PretrainingCollator,
+    ShardDataset,
+    prepare_shards,
+    pretraining_loader,
+)
+from bertlab.hf import load_hf, load_hf_tokenizer, save_hf
+from bertlab.masking import (
+    IGNORE_INDEX,
+    Decision,
+    example_seed,
+    mask_tokens,
+    mask_tokens_reference,
+    word_ids_from_encoding,
+)
+from bertlab.model import (
+    BertConfig,
+    BertForPreTraining,
+    BertForSequenceClassification,
+    BertModel,
+    count_parameters,
+    flops_per_token,
+    parameter_table,
+)
+from bertlab.nsp import IS_NEXT, NOT_NEXT, NspExample, create_nsp_examples, nsp_stats
 from bertlab.tokenizer import (
     SPECIAL_TOKENS,
     SpecialIds,
+    chinese_word_ids,
+    encode_sentences,
     load_tokenizer,
     save_tokenizer,
     special_ids,
     train_tokenizer,
+    unk_rate,
+)
+from bertlab.train import (
+    TrainConfig,
+    TrainResult,
+    evaluate,
+    fill_mask,
+    load_checkpoint,
+    load_run,
+    pretrain,
+    save_checkpoint,
+    train_loop,
+    unigram_baseline,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Document",
-    "SPECIAL_TOKENS",
-    "SpecialIds",
-    "load_corpus",
-    "load_tokenizer",
-    "save_tokenizer",
-    "special_ids",
-    "split_documents",
-    "split_of",
-    "split_sentences",
-    "train_tokenizer",
+    "CORPORA", "Document", "corpus_stats", "iter_corpus", "load_corpus", "split_documents",
+    "split_of", "split_sentences",
+    "SPECIAL_TOKENS", "SpecialIds", "chinese_word_ids", "encode_sentences", "load_tokenizer",
+    "save_tokenizer", "special_ids", "train_tokenizer", "unk_rate",
+    "IGNORE_INDEX", "Decision", "example_seed", "mask_tokens", "mask_tokens_reference",
+    "word_ids_from_encoding",
+    "IS_NEXT", "NOT_NEXT", "NspExample", "create_nsp_examples", "nsp_stats",
+    "NspDataset", "PretrainingCollator", "ShardDataset", "prepare_shards", "pretraining_loader",
+    "BertConfig", "BertForPreTraining", "BertForSequenceClassification", "BertModel",
+    "count_parameters", "flops_per_token", "parameter_table",
+    "load_hf", "load_hf_tokenizer", "save_hf",
+    "TrainConfig", "TrainResult", "evaluate", "fill_mask", "load_checkpoint", "load_run",
+    "pretrain", "save_checkpoint", "train_loop", "unigram_baseline",
 ]

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-IGNORE_INDEX = -100  # label of a position that is not predicted (cross-entropy's ignore index)
+from bertlab.masking import IGNORE_INDEX  # -100: the label of a position that is not predicted
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -65,7 +65,7 @@ class BertConfig:
             )
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary "
@@ -86,8 +86,9 @@ class BertConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
         layers, hidden, heads = PRESETS[name]
+        # intermediate_size stays None (4 x the final hidden_size) unless overridden.
         settings = dict(vocab_size=vocab_size, hidden_size=hidden, num_layers=layers,
-                        num_heads=heads, intermediate_size=4 * hidden)
+                        num_heads=heads)
         settings.update(overrides)
         return cls.from_dict(settings)
 
@@ -188,13 +189,13 @@ class EncoderOutput:
 
     last_hidden_state: torch.Tensor  # (B, T, d)
     pooler_output: torch.Tensor  # (B, d)
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + each layer: L+1 x (B, T, d)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings, then each layer: (B, T, d)
     attentions: tuple[torch.Tensor, ...] | None = None  # L x (B, heads, T, T)
 
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns. `mlm_logits` is (num_targets, V) when labels were given."""
+    """What `BertForPreTraining` returns; `mlm_logits` is (num_targets, V) when labels are given."""
 
     loss: torch.Tensor | None
     mlm_loss: torch.Tensor | None
@@ -232,7 +233,10 @@ def _init_weights(module: nn.Module, std: float, generator: torch.Generator | No
 
 
 class Embeddings(nn.Module):
-    """Token + learned position + segment embeddings, then LayerNorm and dropout."""
+    """Token + learned position + segment embeddings, then LayerNorm and dropout.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -257,7 +261,10 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention; query, key and value come from one fused (d -> 3d) Linear."""
+    """Multi-head self-attention; query, key and value come from one fused (d -> 3d) Linear.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -269,9 +276,16 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(
-        self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False
+        self,
+        x: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T)."""
+        """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T).
+
+        With `rows` (flat indices into the B*T tokens) only those rows are projected: (R, d).
+        """
         B, T, d = x.shape
         qkv = self.qkv(x)  # (B, T, d) -> (B, T, 3d)
         qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)  # -> (B, T, 3, h, d/h)
@@ -286,13 +300,19 @@ class SelfAttention(nn.Module):
             probs = scores.softmax(dim=-1)
             context = F.dropout(probs, dropout_p, self.training) @ v  # -> (B, h, T, d/h)
         else:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, dropout_p=dropout_p)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask,
+                                                     dropout_p=dropout_p)  # -> (B, h, T, d/h)
         context = context.transpose(1, 2).reshape(B, T, d)  # (B, h, T, d/h) -> (B, T, d)
+        if rows is not None:
+            context = context.flatten(0, 1).index_select(0, rows)  # (B*T, d) -> (R, d)
         return self.out(context), probs
 
 
 class EncoderLayer(nn.Module):
-    """One post-LN transformer block: x = LN(x + attention(x)); x = LN(x + feed_forward(x))."""
+    """One post-LN transformer block: x = LN(x + attention(x)); x = LN(x + feed_forward(x)).
+
+    Taught in notebooks/04_encoder.ipynb
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -305,13 +325,23 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(
-        self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False
+        self,
+        x: torch.Tensor,
+        key_mask: torch.Tensor | None,
+        output_attentions: bool = False,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return the block's output (B, T, d) and the attention probabilities if asked."""
-        attended, probs = self.attention(x, key_mask, output_attentions)
+        """Return the block's output (B, T, d) and the attention probabilities if asked.
+
+        With `rows` (flat indices into the B*T tokens) every token is still attended to, but
+        only those rows go on through the projection and the feed-forward: output (R, d).
+        """
+        attended, probs = self.attention(x, key_mask, output_attentions, rows)
+        if rows is not None:
+            x = x.flatten(0, 1).index_select(0, rows)  # (B, T, d) -> (R, d)
         x = self.attention_norm(x + self.dropout(attended))
-        h = F.gelu(self.ffn_in(x))  # (B, T, d) -> (B, T, 4d), exact erf GELU
-        x = self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (B, T, 4d) -> (B, T, d)
+        h = F.gelu(self.ffn_in(x))  # (..., d) -> (..., 4d), exact erf GELU
+        x = self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (..., 4d) -> (..., d)
         return x, probs
 
 
@@ -328,8 +358,8 @@ def _check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: tor
     for name, tensor in same_shape.items():
         if tensor is not None and tensor.shape != input_ids.shape:
             raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} but input_ids has {tuple(input_ids.shape)}; "
-                f"they must match"
+                f"{name} has shape {tuple(tensor.shape)} but input_ids has "
+                f"{tuple(input_ids.shape)}; they must match"
             )
 
 
@@ -364,24 +394,40 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        positions: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """Return an `EncoderOutput`: last_hidden_state (B, T, d), pooler_output (B, d), extras.
 
         `attention_mask` is 1 for real tokens and 0 for padding (keys at padding are ignored).
+        `positions` (flat indices into the B*T tokens) asks for the final vectors of those
+        tokens only: last_hidden_state is then (len(positions), d), and the last block skips
+        its projection and feed-forward everywhere else (same numbers, less work).
         """
         _check_inputs(input_ids, self.config, attention_mask=attention_mask,
                       token_type_ids=token_type_ids)
+        if positions is not None and output_hidden_states:
+            raise ValueError("positions= and output_hidden_states=True do not mix: every layer's "
+                             "full states need the last block at every position")
+        B, T = input_ids.shape
         key_mask = _key_mask(attention_mask)
+        rows = None
+        if positions is not None:  # the [CLS] rows first (for the pooler), then the asked ones
+            rows = torch.cat([torch.arange(B, device=input_ids.device) * T, positions])
         x = self.embeddings(input_ids, token_type_ids)  # (B, T) -> (B, T, d)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers:
-            x, probs = layer(x, key_mask, output_attentions)
+        for i, layer in enumerate(self.layers):
+            last = i == len(self.layers) - 1
+            x, probs = layer(x, key_mask, output_attentions, rows if last else None)
             if output_hidden_states:
                 hidden_states.append(x)
             if output_attentions:
                 attentions.append(probs)
-        pooled = torch.tanh(self.pooler(x[:, 0]))  # [CLS] vector: (B, d)
+        if rows is None:
+            cls, x = x[:, 0], x  # (B, T, d) -> (B, d)
+        else:
+            cls, x = x[:B], x[B:]  # (B + R, d) -> (B, d), (R, d)
+        pooled = torch.tanh(self.pooler(cls))  # [CLS] vector: (B, d)
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -391,7 +437,10 @@ class BertModel(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """dense + GELU + LayerNorm, then scores against the (tied) word embeddings plus a bias."""
+    """dense + GELU + LayerNorm, then scores against the (tied) word embeddings plus a bias.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -457,23 +506,28 @@ class BertForPreTraining(nn.Module):
                 f"next_sentence_label must be (batch,) = {tuple(input_ids.shape[:1])}, "
                 f"got {tuple(next_sentence_label.shape)}"
             )
+        sparse = labels is not None and not full_mlm_logits
+        where = positions = None
+        if sparse:
+            where = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)  # (B*T,) -> (N,)
+            # Only the targets' final vectors reach the MLM loss, so the last block can skip the
+            # other tokens (unless every layer's full states were asked for).
+            positions = None if output_hidden_states else where
         encoded = self.bert(input_ids, attention_mask, token_type_ids,
                             output_hidden_states=output_hidden_states,
-                            output_attentions=output_attentions)
-        h = encoded.last_hidden_state  # (B, T, d)
+                            output_attentions=output_attentions, positions=positions)
+        h = encoded.last_hidden_state  # (B, T, d), or (N, d) when positions were given
 
         mlm_loss = None
-        if labels is None or full_mlm_logits:
+        if not sparse:
             mlm_logits = self.mlm_logits(h)  # (B, T, d) -> (B, T, V)
             if labels is not None:
                 mlm_loss = _mean_cross_entropy(mlm_logits.flatten(0, 1), labels.flatten())
         else:
-            # Gather the targets first, so the head (and its V-wide matmul) runs on ~15% of tokens.
-            labels = labels.flatten()  # (B, T) -> (B*T,)
-            where = (labels != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-            targets = h.flatten(0, 1).index_select(0, where)  # (B*T, d) -> (N, d)
+            # The head (and its V-wide matmul) runs on the ~15% of tokens that are targets.
+            targets = h if positions is not None else h.flatten(0, 1).index_select(0, where)
             mlm_logits = self.mlm_logits(targets)  # (N, d) -> (N, V)
-            mlm_loss = _mean_cross_entropy(mlm_logits, labels.index_select(0, where))
+            mlm_loss = _mean_cross_entropy(mlm_logits, labels.flatten().index_select(0, where))
 
         nsp_logits = self.nsp(encoded.pooler_output)  # (B, d) -> (B, 2)
         nsp_loss = None

@@ -434,3 +434,52 @@ def plot_low_label_curves(rows, num_classes: int):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+# --- ablations (notebooks/07_ablations_and_insights.ipynb) ---------------------------------------
+
+
+def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics,
+                           baseline: str, z: float = 2.0):
+    """Return a two-panel figure: each variant's change from `baseline`, ours (left) and the paper's.
+
+    `rows` are `bertlab.experiments.summarize_records` rows; our bars are mean differences in
+    points with error bars of z standard errors of the difference (seed noise), so a bar whose
+    error bar crosses zero is within noise. `paper` maps variant name -> {metric: value}.
+
+    Taught in notebooks/07_ablations_and_insights.ipynb
+    """
+    import math
+
+    import numpy as np
+
+    mine = {r["name"]: r for r in rows if r["group"] == group}
+    names = [n for n in paper if n in mine and n != baseline]
+    fig, (ax_ours, ax_paper) = plt.subplots(1, 2, figsize=(11, 4))
+    width = 0.8 / max(1, len(metrics))
+    x = np.arange(len(names))
+    base = mine[baseline]
+    for k, metric in enumerate(metrics):
+        diffs, errors = [], []
+        for n in names:
+            r = mine[n]
+            diffs.append(100 * (r[f"{metric}_mean"] - base[f"{metric}_mean"]))
+            se = math.sqrt(r[f"{metric}_std"] ** 2 / len(r["seeds"])
+                           + base[f"{metric}_std"] ** 2 / len(base["seeds"]))
+            errors.append(100 * z * se)
+        ax_ours.bar(x + (k - (len(metrics) - 1) / 2) * width, diffs, width, yerr=errors,
+                    capsize=3, label=metric)
+    for k, metric in enumerate(paper_metrics):
+        diffs = [paper[n][metric] - paper[baseline][metric] for n in names]
+        ax_paper.bar(x + (k - (len(paper_metrics) - 1) / 2) * (0.8 / len(paper_metrics)), diffs,
+                     0.8 / len(paper_metrics), label=metric)
+    for ax, title in ((ax_ours, f"ours (±{z:g} standard errors over seeds)"),
+                      (ax_paper, "paper (one run each, BERT-base/large)")):
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks(x, names)
+        ax.set_ylabel(f"change from {baseline} (points)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{group}: each variant minus {baseline}")
+    fig.tight_layout()
+    return fig

@@ -178,3 +178,42 @@ def nsp_explorer(examples, tokenizer):
 
 
 # --- encoder (notebooks/04_encoder.ipynb) --------------------------------------------------------
+
+
+# --- Chinese BERT (notebooks/08_chinese_bert.ipynb) ----------------------------------------------
+
+_WORD_COLORS = ("#dbeafe", "#fde68a")  # consecutive words alternate blue / yellow
+
+
+def word_strip_html(tokens, word_ids) -> str:
+    """Return HTML for a tokenized sentence grouped into words: one box per word, its id below.
+
+    `word_ids` holds one word index per token (None or -1 for [CLS], [SEP] and padding, shown
+    grey), e.g. from `bertlab.tokenizer.chinese_word_ids`. Rendered by the browser, so Chinese
+    characters show without a CJK font for matplotlib.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    import html
+
+    if len(tokens) != len(word_ids):
+        raise ValueError(f"word_strip_html: {len(tokens)} tokens but {len(word_ids)} word ids; "
+                         f"pass one word id (or None) per token")
+    groups: list[tuple[int | None, list[str]]] = []
+    for token, word in zip(tokens, word_ids, strict=True):
+        word = None if word is None or int(word) < 0 else int(word)
+        if groups and word is not None and groups[-1][0] == word:
+            groups[-1][1].append(token)
+        else:
+            groups.append((word, [token]))
+    cells = []
+    for word, members in groups:
+        color = "#e5e7eb" if word is None else _WORD_COLORS[word % 2]
+        text = "&#8201;".join(html.escape(str(t)) for t in members)
+        below = "" if word is None else str(word)
+        cells.append(
+            f'<span style="display:inline-block;text-align:center;margin:1px;padding:1px 5px;'
+            f'background:{color};font-family:monospace">{text}<br>'
+            f'<span style="color:#6b7280;font-size:75%">{below}</span></span>'
+        )
+    return f'<div style="line-height:1.2">{"".join(cells)}</div>'

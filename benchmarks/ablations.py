@@ -1,0 +1,149 @@
+"""Ablations of BERT's pretraining recipe, ours beside the papers': masking procedure (BERT
+Table 8), NSP on/off (BERT Table 5, RoBERTa), masking rate (Wettig et al. 2022) and static vs
+dynamic masking (RoBERTa).
+
+Each cell of the grid (`bertlab.experiments.GROUPS` x seeds) pretrains a fresh model and
+measures held-out MLM accuracy (with and without [MASK] in the input), NSP accuracy, [CLS]
+linear probes on BBC topics and, in the "gpu" budget, fine-tuned BBC topic accuracy. Finished
+cells are cached by a hash of their full config in --cache-dir, so an interrupted sweep resumes
+where it stopped and a changed setting re-runs only what it changes. The results file (written
+after every cell) holds the exact command, the budget, and every cell's config, seed and metrics.
+
+Budgets: "quick" (tiny model, 64-token pairs, 250 steps: the reduced sweep for a shared
+machine; differences mostly within seed noise), "cpu" (default: tiny model, 128 tokens, 300
+steps), "gpu" (mini model, 3000 steps, fine-tuning on; sized by estimate for about 1 hour
+on one GPU, not yet measured).
+
+Usage:
+  python benchmarks/ablations.py                                   # cpu budget, all groups, 3 seeds
+  python benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp \\
+      --threads 1 --out benchmarks/results/ablations-quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bertlab.experiments import (
+    BASELINES,
+    BUDGETS,
+    GROUPS,
+    PAPER_CLAIMS,
+    PAPER_MASKING,
+    PAPER_NSP,
+    ablation_grid,
+    compare_to_baseline,
+    format_summary,
+    run_grid,
+    summarize_records,
+)
+
+DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
+VERDICT_METRICS = ("mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",
+                   "probe_accuracy_cls", "finetune_accuracy")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
+    p.add_argument("--groups", nargs="+", choices=list(GROUPS), default=list(GROUPS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                   help="one JSON per finished cell, keyed by its config hash")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results file (default benchmarks/results/ablations-<budget>.json)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (1 is fastest on a machine shared with other jobs)")
+    p.add_argument("--force", action="store_true", help="re-run cells even if cached")
+    return p.parse_args(argv)
+
+
+def summary_with_verdicts(records: list[dict], groups: list[str]) -> tuple[list, list]:
+    rows = summarize_records(records)
+    verdicts = []
+    for group in groups:
+        names = {r["name"] for r in rows if r["group"] == group}
+        if BASELINES[group] not in names or len(names) < 2:
+            continue
+        for metric in VERDICT_METRICS:
+            if all(f"{metric}_mean" in r for r in rows if r["group"] == group):
+                verdicts += [{"group": group, **v} for v in compare_to_baseline(rows, group, metric)]
+    return rows, verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    budget = BUDGETS[args.budget]
+    out = args.out or Path(__file__).parent / "results" / f"ablations-{args.budget}.json"
+    cells = ablation_grid(args.groups, args.seeds, budget)
+    command = "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *(argv or sys.argv[1:])])
+    started, clock = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+    records: list[dict] = []
+    print(f"{len(cells)} cells ({len({c.name for c in cells})} variants x {len(args.seeds)} seeds), "
+          f"budget {budget.name}: {budget.to_dict()}", flush=True)
+
+    def save(complete: bool) -> None:
+        rows, verdicts = summary_with_verdicts(records, args.groups)
+        result = {
+            "command": command,
+            "budget": budget.to_dict(),
+            "groups": args.groups,
+            "seeds": args.seeds,
+            "torch_threads": torch.get_num_threads(),
+            "started": started,
+            "wall_s": round(time.perf_counter() - clock, 1),
+            "complete": complete,
+            "cells_planned": len(cells),
+            "paper": {"masking": PAPER_MASKING, "nsp": PAPER_NSP, "claims": PAPER_CLAIMS},
+            "records": records,
+            "summary": rows,
+            "verdicts": verdicts,
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        os.replace(tmp, out)
+
+    def on_record(record: dict) -> None:
+        records.append(record)
+        m, c = record["metrics"], record["cell"]
+        probe = "-" if m["probe_accuracy"] is None else f"{100 * m['probe_accuracy']:.1f}"
+        how = "cached" if record["cached"] else f"ran {record['elapsed_s']:.0f}s"
+        print(f"[{len(records)}/{len(cells)}] {c['group']:<18} {c['name']:<10} seed {c['seed']} "
+              f"{how}: "
+              f"mlm {100 * m['mlm_accuracy']:.1f} no-mask {100 * m['mlm_accuracy_no_mask']:.1f} "
+              f"nsp {100 * m['nsp_accuracy']:.1f} probe {probe}", flush=True)
+        save(complete=False)
+
+    run_grid(cells, args.cache_dir, force=args.force, on_record=on_record)
+    save(complete=True)
+    rows, verdicts = summary_with_verdicts(records, args.groups)
+    print()
+    print(format_summary(rows))
+    print("\npaper, BERT Table 8 (MNLI / NER fine-tune / NER feature-based):")
+    for name, v in PAPER_MASKING.items():
+        print(f"  {name:<9} {v['mnli']:.1f} / {v['ner_finetune']:.1f} / {v['ner_feature']:.1f}")
+    print("paper, BERT Table 5 (MNLI / QNLI):")
+    for name, v in PAPER_NSP.items():
+        print(f"  {name:<9} {v['mnli']:.1f} / {v['qnli']:.1f}")
+    print("\ndifference from each group's baseline (points; noise = 2 x standard error):")
+    for v in verdicts:
+        print(f"  {v['group']:<18} {v['name']:<10} {v['metric']:<22} {100 * v['diff']:+6.1f} "
+              f"(se {100 * v['se']:.1f}) {v['verdict']}")
+    print(f"\nwrote {out} in {time.perf_counter() - clock:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

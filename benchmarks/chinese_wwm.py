@@ -1,0 +1,145 @@
+"""Character masking vs whole-word masking for a Chinese BERT, side by side, on CPU.
+
+For each seed, two tiny BERTs start from the same initialisation and see the same NSP examples
+of the zh-news training split in the same order; they differ only in which tokens are targets:
+single characters, or every character of a gold word (`bertlab.zh.SegmentedCollator`). Then,
+for each model:
+
+1. masked-LM accuracy on held-out zh-news pairs (validation split) under two fixed maskings,
+   every target shown as [MASK]: characters one by one (char_accuracy), and whole words
+   (word_accuracy: a word counts as right only if all its characters are; multi_char: the same
+   over words of 2+ characters);
+2. zh-reviews sentiment (pos/neg) after fine-tuning on `--per-class` reviews per class, test
+   accuracy; a model trained from scratch with the same recipe is the baseline.
+
+Prints one row per seed and model, then medians over seeds and the difference whole-word minus
+character, and writes everything (with the command) to benchmarks/results/chinese_wwm.json.
+
+Usage: python benchmarks/chinese_wwm.py [--steps 400] [--seeds 0 1] [--per-class 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bertlab.corpus import load_corpus, split_documents
+from bertlab.finetune import FinetuneConfig, finetune_classifier
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.nsp import create_nsp_examples
+from bertlab.tokenizer import train_tokenizer
+from bertlab.train import TrainConfig, pretrain
+from bertlab.zh import nsp_word_ids, segment_corpus, segmented_loader, whole_word_scores
+
+RESULTS = Path(__file__).parent / "results"
+KINDS = ("char", "wwm")
+
+
+def segmented_examples(docs, tok, seed: int):
+    """Return (NSP examples, their word ids) for the documents."""
+    corpus = segment_corpus(docs, tok)
+    examples = create_nsp_examples(corpus, tok, max_seq_len=128, seed=seed)
+    return examples, [nsp_word_ids(e, corpus) for e in examples]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=400, help="pretraining steps per model")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--per-class", type=int, default=1000,
+                        help="labelled reviews per class for fine-tuning")
+    parser.add_argument("--finetune-epochs", type=float, default=2.0)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS / "chinese_wwm.json")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    start = time.perf_counter()
+    news = load_corpus("zh-news")
+    reviews = load_corpus("zh-reviews")
+    tok = train_tokenizer(news)
+    parts = split_documents(news)
+    train_ex, train_words = segmented_examples(parts["train"], tok, seed=0)
+    val_ex, val_words = segmented_examples(parts["validation"], tok, seed=1)
+    evals = {  # fixed masks, every target shown as [MASK]
+        kind: segmented_loader(val_ex, val_words, tok, whole_word=kind == "wwm", batch_size=64,
+                               shuffle=False, masking="static", return_word_ids=True,
+                               mask_replace_prob=1.0, random_replace_prob=0.0)
+        for kind in KINDS
+    }
+    print(f"{len(train_ex)} training pairs, {len(val_ex)} validation pairs, vocabulary "
+          f"{tok.get_vocab_size()}; {args.steps} steps per model", flush=True)
+
+    rows = []
+    for seed in args.seeds:
+        config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size())
+        finetune = FinetuneConfig(epochs=args.finetune_epochs, max_seq_len=64, device="cpu",
+                                  seed=seed)
+        scratch = finetune_classifier(config, reviews, tokenizer=tok, config=finetune,
+                                      k_per_class=args.per_class)
+        rows.append({"seed": seed, "model": "from scratch", "sentiment_accuracy": scratch.accuracy})
+        for kind in KINDS:
+            model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+            loader = segmented_loader(train_ex, train_words, tok, whole_word=kind == "wwm",
+                                      batch_size=32, seed=seed)
+            run = pretrain(model, loader, None, TrainConfig(
+                max_steps=args.steps, batch_size=32, lr=args.lr, checkpoint_interval=None,
+                progress=False, log_interval=0, device="cpu", seed=seed))
+            row = {"seed": seed, "model": kind, "train_seconds": round(run.elapsed_s, 1),
+                   "final_loss": sum(run.step_losses[-20:]) / len(run.step_losses[-20:])}
+            for eval_kind, loader in evals.items():
+                scores = whole_word_scores(model, loader)
+                key = "char_masked" if eval_kind == "char" else "word_masked"
+                row[f"{key}_char_accuracy"] = scores["char_accuracy"]
+                if eval_kind == "wwm":
+                    row["word_accuracy"] = scores["word_accuracy"]
+                    row["multi_char_word_accuracy"] = scores["multi_char_word_accuracy"]
+            result = finetune_classifier(model, reviews, tokenizer=tok, config=finetune,
+                                         k_per_class=args.per_class)
+            row["sentiment_accuracy"] = result.accuracy
+            rows.append(row)
+            print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in row.items()), flush=True)
+
+    metrics = ("char_masked_char_accuracy", "word_masked_char_accuracy", "word_accuracy",
+               "multi_char_word_accuracy", "sentiment_accuracy")
+    medians = {}
+    for model in ("from scratch", *KINDS):
+        chosen = [r for r in rows if r["model"] == model]
+        medians[model] = {m: statistics.median(r[m] for r in chosen) for m in metrics
+                          if m in chosen[0]}
+    print(f"\nmedians over seeds {args.seeds} ({args.steps} steps, tiny):")
+    print(f"{'metric':<28} {'char':>8} {'wwm':>8} {'wwm-char':>9} {'wwm/char':>9}")
+    for m in metrics:
+        c, w = medians["char"][m], medians["wwm"][m]
+        ratio = f"{w / c:9.2f}" if c else f"{'-':>9}"
+        print(f"{m:<28} {c:8.4f} {w:8.4f} {w - c:+9.4f} {ratio}")
+    print(f"{'sentiment, from scratch':<28} {medians['from scratch']['sentiment_accuracy']:8.4f}")
+    total = time.perf_counter() - start
+    print(f"total {total / 60:.1f} min")
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": "python benchmarks/chinese_wwm.py " + " ".join(sys.argv[1:] if argv is None
+                                                                  else argv),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "total_seconds": round(total, 1), "rows": rows, "medians": medians,
+    }
+    args.out.write_text(json.dumps(record, indent=1))
+    print(f"written: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,487 @@
+"""`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo.
+
+Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
+`TrainConfig` field and per model-size setting, generated from the dataclasses.
+
+Taught in notebooks/05_pretraining.ipynb
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = (
+    "the [MASK] fell sharply on wall street.",
+    "the prime [MASK] said the election would be held in may.",
+    "the film won the award for best [MASK].",
+    "the team won the [MASK] after extra time.",
+)
+# Model settings that a user may override on top of a preset (vocab size comes from the tokenizer).
+_MODEL_FLAGS = ("hidden_size", "num_layers", "num_heads", "intermediate_size",
+                "max_position_embeddings", "hidden_dropout", "attention_dropout")
+
+
+def _optional(kind: type):
+    def parse(text: str):
+        return None if text.lower() == "none" else kind(text)
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, names: Sequence[str] | None,
+                         defaults: dict[str, Any], aliases: dict[str, str] | None = None) -> None:
+    # One flag per field; absent flags stay absent (SUPPRESS), so only what the user typed
+    # overrides the dataclass defaults.
+    for f in dataclasses.fields(cls):
+        if names is not None and f.name not in names:
+            continue
+        flags = ["--" + f.name.replace("_", "-")]
+        if aliases and f.name in aliases:
+            flags.append(aliases[f.name])
+        kind = str(f.type)
+        help_text = f.metadata.get("help", f.name.replace("_", " "))
+        default = defaults.get(f.name)
+        kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": f.name,
+                                  "help": f"{help_text} (default: {default})"}
+        if kind.startswith("bool"):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif kind.startswith("tuple"):
+            kwargs.update(nargs=2, type=float, metavar=("B1", "B2"))
+        else:
+            base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
+            kwargs["type"] = _optional(base) if "None" in kind else base
+            kwargs["metavar"] = base.__name__.upper()
+        group.add_argument(*flags, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argparse parser of `python -m bertlab` (subcommands and their flags)."""
+    from bertlab.model import BertConfig
+    from bertlab.train import TrainConfig
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bertlab",
+        description="bertlab: BERT pretraining, built step by step. Pretrain on the embedded BBC "
+                    "corpus or your own text, export to Hugging Face, try fill-mask.",
+        epilog="Several GPUs: torchrun --nproc_per_node=N -m bertlab pretrain ...")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("prepare", help="tokenize a corpus into NSP shards on disk",
+                       description="Turn a corpus into memory-mapped NSP shards (train and "
+                                   "validation splits) plus its tokenizer, for large corpora.")
+    p.add_argument("--corpus", required=True,
+                   help="a corpus name (bbc), a BERT-format .txt file or a folder of .txt files")
+    p.add_argument("--out", required=True, help="folder to write the shards into")
+    p.add_argument("--tokenizer", help="a saved tokenizer.json (default: train one on the corpus)")
+    p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer "
+                   "(default: 8192)")
+    p.add_argument("--max-seq-len", type=int, default=128, help="tokens per example (default: 128)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the NSP pairing (default: 0)")
+    p.add_argument("--shard-size", type=int, default=100_000,
+                   help="examples per shard file (default: 100000)")
+
+    p = sub.add_parser("pretrain", help="pretrain a BERT (MLM + NSP) and save checkpoints",
+                       description="Pretrain BertForPreTraining on a corpus. Checkpoints, the "
+                                   "tokenizer and the metric history go to --out. With "
+                                   "--minutes alone, the time budget decides when to stop.")
+    p.add_argument("--corpus", default="bbc",
+                   help="bbc, a .txt file / folder of .txt files, or a shard folder from prepare "
+                        "(default: bbc)")
+    p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
+    p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
+                   "folder's, or one trained on the corpus)")
+    p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer (default: 8192)")
+    p.add_argument("--max-seq-len", type=int, default=128, help="tokens per NSP example (default: 128)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    model_group = p.add_argument_group("model overrides (on top of --preset)")
+    probe = BertConfig.preset("tiny", vocab_size=8)
+    _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS,
+                         {n: "from preset" for n in _MODEL_FLAGS} | {
+                             k: getattr(probe, k) for k in ("max_position_embeddings",
+                                                            "hidden_dropout",
+                                                            "attention_dropout")})
+    train_group = p.add_argument_group("training (bertlab.TrainConfig)")
+    defaults = TrainConfig().to_dict()
+    _add_dataclass_flags(train_group, TrainConfig, None, defaults,
+                         aliases={"max_minutes": "--minutes"})
+
+    p = sub.add_parser("finetune", help="fine-tune a pretrained run on a classification task",
+                       description="Fine-tune the model on a labelled task and print a table: "
+                                   "fine-tuned, [CLS] linear probe, TF-IDF + logistic "
+                                   "regression and the same model trained from scratch "
+                                   "(accuracy and macro-F1 on the test split).")
+    p.add_argument("model_dir", help="a pretraining run folder or a Hugging Face folder")
+    p.add_argument("--task", default="bbc-topic", help="downstream task (default: bbc-topic)")
+    p.add_argument("--labels-per-class", nargs="+", default=["all"], metavar="K",
+                   help="labelled training documents per class, e.g. 8 32 all (default: all)")
+    p.add_argument("--seeds", type=int, default=1, help="runs per setting (default: 1)")
+    p.add_argument("--methods", nargs="+", metavar="METHOD",
+                   default=["fine-tuned", "linear-probe", "tf-idf", "from-scratch"],
+                   help="any of fine-tuned linear-probe tf-idf from-scratch (default: all)")
+    p.add_argument("--epochs", type=float, default=4.0, help="passes over the training set "
+                   "(default: 4)")
+    p.add_argument("--lr", type=float, default=2e-4, help="peak learning rate (default: 2e-4)")
+    p.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32)")
+    p.add_argument("--max-seq-len", type=int, default=128, help="tokens read per document: "
+                   "[CLS] title + first sentences [SEP] (default: 128)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--json", help="also write the results to this JSON file")
+
+    p = sub.add_parser("export-hf", help="export a run's model and tokenizer as a Hugging Face "
+                                         "folder", description="Write config.json, "
+                       "model.safetensors and tokenizer files that transformers can load.")
+    p.add_argument("run_dir", help="a pretraining run folder (from pretrain)")
+    p.add_argument("out_dir", help="folder to write the Hugging Face files into")
+
+    p = sub.add_parser("fill-mask", help="guess the [MASK] words of a sentence",
+                       description="Print the top-k guesses for each [MASK] in TEXT.")
+    p.add_argument("model_dir", help="a pretraining run folder or a Hugging Face folder")
+    p.add_argument("text", help='a sentence with [MASK], e.g. "the [MASK] fell sharply"')
+    p.add_argument("--top-k", type=int, default=5, help="guesses per mask (default: 5)")
+
+    p = sub.add_parser("demo", help="the whole pipeline on BBC news in a few minutes",
+                       description="Corpus -> tokenizer -> NSP data -> pretrain (tiny on CPU, "
+                                   "small on a GPU) -> fill-mask before/after, a results table "
+                                   "and plots in runs/demo/. No arguments needed.")
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="training budget (default: 4 on CPU, 3 on a GPU)")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Subcommands
+
+
+def _say(*args: Any) -> None:
+    from bertlab.train import _rank_world
+
+    if _rank_world()[0] == 0:
+        print(*args, flush=True)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    """Write NSP shards and the tokenizer for `--corpus` into `--out`."""
+    from bertlab.data import iter_documents, prepare_shards
+    from bertlab.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
+    if args.tokenizer:
+        tok = load_tokenizer(args.tokenizer)
+    else:
+        tok = train_tokenizer(iter_documents(args.corpus), vocab_size=args.vocab_size)
+    summary = prepare_shards(args.corpus, tok, out, max_seq_len=args.max_seq_len, seed=args.seed,
+                             shard_size=args.shard_size)
+    save_tokenizer(tok, out / "tokenizer.json")
+    for split, meta in summary["splits"].items():
+        print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens, "
+              f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
+    print(f"shards and tokenizer.json written to {out}; next: python -m bertlab pretrain "
+          f"--corpus {out} --out runs/NAME")
+    return 0
+
+
+def _is_shard_folder(path: Path) -> bool:
+    return (path / "meta.json").is_file() or (path / "train" / "meta.json").is_file()
+
+
+def _pretraining_data(args: argparse.Namespace, per_rank_batch: int, world: int,
+                      device_type: str):
+    """Return (tokenizer, train_loader, val_loader or None) for the pretrain subcommand."""
+    from bertlab.corpus import load_corpus, split_documents
+    from bertlab.data import pretraining_loader
+    from bertlab.tokenizer import load_tokenizer, train_tokenizer
+
+    corpus = Path(args.corpus)
+    shards = corpus.is_dir() and _is_shard_folder(corpus)
+    docs = None if shards else load_corpus(args.corpus)
+    if args.tokenizer:
+        tok = load_tokenizer(args.tokenizer)
+    elif (Path(args.out) / "tokenizer.json").is_file() and args.resume:
+        tok = load_tokenizer(Path(args.out) / "tokenizer.json")
+    elif shards:
+        if not (corpus / "tokenizer.json").is_file():
+            raise ValueError(f"shard folder {corpus} has no tokenizer.json; pass --tokenizer")
+        tok = load_tokenizer(corpus / "tokenizer.json")
+    else:
+        tok = train_tokenizer(docs, vocab_size=args.vocab_size)
+    common = dict(batch_size=per_rank_batch, max_seq_len=args.max_seq_len, seed=args.data_seed,
+                  num_workers=args.num_workers, pad_to_multiple_of=8 if device_type == "cuda"
+                  else None)
+    source = corpus if shards else docs
+    train = pretraining_loader(source, tok, split="train",
+                               sampler="distributed" if world > 1 else None, **common)
+    # NSP needs at least 2 documents (negatives come from another one).
+    has_validation = (_is_shard_folder(corpus / "validation") if shards
+                      else len(split_documents(docs)["validation"]) >= 2)
+    val = None
+    if has_validation:
+        val = pretraining_loader(source, tok, split="validation", shuffle=False, **common)
+    else:
+        _say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
+             f"evaluation")
+    if device_type == "cuda":  # page-locked buffers let the copy to the GPU overlap compute
+        train.pin_memory = True
+        if val is not None:
+            val.pin_memory = True
+    return tok, train, val
+
+
+def _history_table(history: list[dict], baseline: float | None = None) -> str:
+    lines = [f"{'step':>6} {'tokens':>10} {'train loss':>10} {'val MLM loss':>12} "
+             f"{'MLM acc':>8} {'ppl':>8} {'NSP acc':>8}"]
+    for row in history:
+        train_loss = row.get("train_loss")
+        lines.append(
+            f"{row['step']:>6} {row['tokens']:>10} "
+            f"{'-' if train_loss is None else f'{train_loss:.3f}':>10} "
+            f"{row.get('val_mlm_loss', float('nan')):>12.3f} "
+            f"{row.get('val_mlm_accuracy', float('nan')):>8.3f} "
+            f"{row.get('val_perplexity', float('nan')):>8.1f} "
+            f"{row.get('val_nsp_accuracy', float('nan')):>8.3f}")
+    if baseline is not None:
+        lines.append(f"unigram baseline (always the most frequent target): MLM acc {baseline:.3f}")
+    return "\n".join(lines)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    """Pretrain on `--corpus` into `--out` (single process or under torchrun)."""
+    import torch
+
+    from bertlab.model import BertConfig, BertForPreTraining
+    from bertlab.tokenizer import save_tokenizer
+    from bertlab.train import TrainConfig, init_distributed, pretrain, resolve_device
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    given = {k: v for k, v in vars(args).items() if k in train_fields}
+    if "max_minutes" in given and "max_steps" not in given:
+        given["max_steps"] = None  # --minutes alone: the time budget decides
+    config = TrainConfig(**given)
+    overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
+    rank, world = init_distributed()
+    device = resolve_device(config.device)
+    per_rank, rest = divmod(config.batch_size, config.grad_accum * world)
+    if rest or per_rank == 0:
+        raise ValueError(f"--batch-size {config.batch_size} cannot be split over "
+                         f"--grad-accum {config.grad_accum} x {world} process(es); use a "
+                         f"multiple of {config.grad_accum * world}")
+    tok, train, val = _pretraining_data(args, per_rank, world, device.type)
+    settings = {"max_position_embeddings": max(512, args.max_seq_len), **overrides}
+    model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **settings)
+    model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(config.seed))
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        if not args.resume:
+            save_tokenizer(tok, out / "tokenizer.json")
+        run = {k: v for k, v in vars(args).items() if k != "func"}
+        (out / "run.json").write_text(json.dumps({"args": run, "model": model_config.to_dict(),
+                                                  "train": config.to_dict()}, indent=1))
+    n_params = sum(p.numel() for p in model.parameters())
+    _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
+         f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device {device}, "
+         f"{world} process(es)")
+    result = pretrain(model, train, val, config, out_dir=out, resume=args.resume)
+    _say(_history_table(result.history))
+    _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} min "
+         f"(stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+    return 0
+
+
+def _load_any(model_dir: str | Path):
+    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder."""
+    from bertlab.hf import load_hf, load_hf_tokenizer
+    from bertlab.train import load_run
+
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a folder; pass a run folder (from pretrain) or a "
+                         f"Hugging Face folder (from export-hf)")
+    if (path / "checkpoints").is_dir():
+        model, tok = load_run(path)
+    elif (path / "config.json").is_file():
+        model, tok = load_hf(path), load_hf_tokenizer(path)
+    else:
+        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
+                         f"folder (no config.json)")
+    if tok is None:
+        raise ValueError(f"{path} has no tokenizer.json; fill-mask needs the tokenizer")
+    return model, tok
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    """Export the newest checkpoint of a run as a Hugging Face folder."""
+    from bertlab.hf import save_hf
+    from bertlab.train import load_run
+
+    model, tok = load_run(args.run_dir)
+    save_hf(model, tok, args.out_dir)
+    print(f"wrote {args.out_dir}: load it with transformers.BertForPreTraining."
+          f"from_pretrained({str(args.out_dir)!r}) or bertlab.load_hf")
+    return 0
+
+
+def _format_guesses(text: str, guesses: list[list[tuple[str, float]]]) -> str:
+    lines = [text]
+    for i, options in enumerate(guesses):
+        shown = ", ".join(f"{token} {prob:.2f}" for token, prob in options)
+        lines.append(f"  [MASK] #{i + 1}: {shown}")
+    return "\n".join(lines)
+
+
+def cmd_fill_mask(args: argparse.Namespace) -> int:
+    """Print the top-k guesses for each [MASK] in the text."""
+    from bertlab.train import fill_mask
+
+    model, tok = _load_any(args.model_dir)
+    print(_format_guesses(args.text, fill_mask(model, tok, args.text, top_k=args.top_k)))
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    """Fine-tune a run (or Hugging Face folder) on a task and print the comparison table."""
+    from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
+
+    names = {"fine-tuned": "fine-tuned", "linear-probe": "linear probe", "tf-idf": "TF-IDF",
+             "from-scratch": "from scratch"}
+    unknown = [m for m in args.methods if m not in names]
+    if unknown:
+        raise ValueError(f"--methods {' '.join(unknown)}: unknown; choose from {' '.join(names)}")
+    ks = []
+    for k in args.labels_per_class:
+        if k != "all" and not k.isdigit():
+            raise ValueError(f"--labels-per-class {k!r}: give whole numbers or 'all'")
+        ks.append(None if k == "all" else int(k))
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
+    model, tok = _load_any(args.model_dir)
+    config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                            max_seq_len=args.max_seq_len, device=args.device)
+    results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
+                                 seeds=range(args.seeds), methods=[names[m] for m in args.methods])
+    print(f"{args.task}: test split, {len(results[0].predictions)} documents")
+    print(format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv),
+                                               "results": [r.to_dict() for r in results]},
+                                              indent=1))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the whole pipeline on BBC news and write a table and plots to `--out`."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from bertlab.corpus import load_corpus
+    from bertlab.data import pretraining_loader
+    from bertlab.model import BertConfig, BertForPreTraining
+    from bertlab.tokenizer import save_tokenizer, train_tokenizer
+    from bertlab.train import (
+        TrainConfig,
+        fill_mask,
+        list_checkpoints,
+        pretrain,
+        resolve_device,
+        unigram_baseline,
+    )
+    from bertlab.viz import plot_training_curves
+
+    start = time.perf_counter()
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
+    device = resolve_device("auto")
+    gpu = device.type == "cuda"
+    preset, batch, minutes = ("small", 128, 3.0) if gpu else ("tiny", 32, 4.0)
+    minutes = args.minutes or minutes
+
+    print("1/6 corpus: BBC News (embedded, nothing downloads)")
+    docs = load_corpus("bbc")
+    print(f"    {len(docs)} documents")
+    print("2/6 tokenizer: WordPiece, 8192 tokens (cached after the first run)")
+    tok = train_tokenizer(docs, vocab_size=8192)
+    print("3/6 NSP examples + dynamic masking")
+    train = pretraining_loader(docs, tok, split="train", batch_size=batch, seed=0,
+                               pad_to_multiple_of=8 if gpu else None)
+    val = pretraining_loader(docs, tok, split="validation", batch_size=batch, seed=0,
+                             shuffle=False)
+    print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
+    config = BertConfig.preset(preset, vocab_size=tok.get_vocab_size())
+    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"4/6 model: {preset} ({config.num_layers} layers, hidden {config.hidden_size}, "
+          f"{n_params / 1e6:.1f} M parameters) on {device}")
+    before = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
+
+    run_dir = out / "run"
+    if list_checkpoints(run_dir) or (run_dir / "history.json").exists():
+        print(f"    replacing the previous demo run in {run_dir}")
+        shutil.rmtree(run_dir)
+    remaining = 10.0 - (time.perf_counter() - start) / 60 - 1.0  # keep the whole demo <= 10 min
+    minutes = max(0.5, min(minutes, remaining))
+    print(f"5/6 pretraining for {minutes:.1f} min (MLM + NSP, AdamW, linear decay)")
+    train_config = TrainConfig(max_steps=None, max_minutes=minutes, batch_size=batch,
+                               lr=2e-3 if preset == "tiny" else 5e-4, eval_interval=50,
+                               eval_batches=10, checkpoint_interval=None)
+    result = pretrain(model, train, val, train_config, out_dir=run_dir)
+    save_tokenizer(tok, run_dir / "tokenizer.json")
+    after = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
+    baseline = unigram_baseline(train, val, max_batches=10)["mlm_accuracy"]
+
+    print("6/6 results")
+    print(_history_table(result.history, baseline))
+    print("\nfill-mask, top 3 guesses before -> after pretraining:")
+    for text, b, a in zip(EXAMPLES, before, after, strict=True):
+        print(f"  {text}")
+        print(f"    before: {', '.join(f'{t} {p:.2f}' for t, p in b)}")
+        print(f"    after:  {', '.join(f'{t} {p:.2f}' for t, p in a)}")
+    fig = plot_training_curves(result.history, baseline=baseline)
+    fig.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    (out / "results.json").write_text(json.dumps(
+        {"preset": preset, "device": str(device), "history": result.history,
+         "unigram_baseline": baseline,
+         "fill_mask": [{"text": t, "before": b, "after": a}
+                       for t, b, a in zip(EXAMPLES, before, after, strict=True)]}, indent=1))
+    print(f"\nplots: {out / 'curves.png'}; history: {run_dir / 'history.csv'}; "
+          f"model: {run_dir} (try: python -m bertlab fill-mask {run_dir} "
+          f"\"the [MASK] rose sharply\")")
+    print(f"demo finished in {(time.perf_counter() - start) / 60:.1f} min")
+    return 0
+
+
+COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
+            "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Return the exit code of `python -m bertlab ARGS` (0 = success)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except FloatingPointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,381 @@
+"""Hugging Face interop: map weights to and from `transformers` BERT names; export and import.
+
+A folder written by `save_hf` loads with `transformers.BertForPreTraining.from_pretrained(dir)`
+and `BertTokenizerFast.from_pretrained(dir)`; `load_hf` reads such folders (ours or Hugging
+Face's) back. Nothing here imports `transformers`: the files are plain JSON and safetensors.
+
+Taught in notebooks/04_encoder.ipynb
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+
+# Our name -> transformers name, for everything but the fused attention projection (below).
+_EMBEDDINGS = {
+    "embeddings.word_embeddings.weight": "embeddings.word_embeddings.weight",
+    "embeddings.position_embeddings.weight": "embeddings.position_embeddings.weight",
+    "embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+    "embeddings.norm.weight": "embeddings.LayerNorm.weight",
+    "embeddings.norm.bias": "embeddings.LayerNorm.bias",
+}
+_LAYER = {  # inside bert.layers.{i} <-> bert.encoder.layer.{i}
+    "attention.out": "attention.output.dense",
+    "attention_norm": "attention.output.LayerNorm",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+    "ffn_norm": "output.LayerNorm",
+}
+_HEADS = {
+    "bert.pooler": "bert.pooler.dense",
+    "mlm.dense": "cls.predictions.transform.dense",
+    "mlm.norm": "cls.predictions.transform.LayerNorm",
+    "nsp": "cls.seq_relationship",
+    "classifier": "classifier",
+}
+_QKV = ("query", "key", "value")  # order of the rows of our fused qkv Linear
+
+_TASKS = {"pretraining": BertForPreTraining, "classification": BertForSequenceClassification}
+# (our config field, Hugging Face config field)
+_CONFIG_FIELDS = [
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "hidden_size"),
+    ("num_layers", "num_hidden_layers"),
+    ("num_heads", "num_attention_heads"),
+    ("intermediate_size", "intermediate_size"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("type_vocab_size", "type_vocab_size"),
+    ("hidden_dropout", "hidden_dropout_prob"),
+    ("attention_dropout", "attention_probs_dropout_prob"),
+    ("layer_norm_eps", "layer_norm_eps"),
+    ("initializer_range", "initializer_range"),
+    ("pad_token_id", "pad_token_id"),
+]
+_SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+                   "sep_token": "[SEP]", "mask_token": "[MASK]"}
+
+
+# ---------------------------------------------------------------------------------------------
+# State-dict mapping
+
+
+def to_hf_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Return the state dict renamed to `transformers.BertForPreTraining` names (or BertModel names
+    under `bert.`, plus `classifier.*` for a classifier); the fused qkv is split into three.
+
+    The tied MLM decoder (`cls.predictions.decoder.*`) is left out, as `save_pretrained` does.
+    Works on gradients too (any dict keyed by our parameter names).
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state_dict.items():
+        out.update(_our_key_to_hf(name, tensor))
+    return out
+
+
+def _our_key_to_hf(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
+    if name.startswith("bert.embeddings."):
+        return {"bert." + _EMBEDDINGS[name.removeprefix("bert.")]: tensor}
+    match = re.fullmatch(r"bert\.layers\.(\d+)\.(.+)\.(weight|bias)", name)
+    if match:
+        i, module, kind = match.groups()
+        prefix = f"bert.encoder.layer.{i}."
+        if module == "attention.qkv":  # (3d, d) -> 3 x (d, d); (3d,) -> 3 x (d,)
+            parts = tensor.chunk(3, dim=0)
+            return {f"{prefix}attention.self.{q}.{kind}": p
+                    for q, p in zip(_QKV, parts, strict=True)}
+        return {f"{prefix}{_LAYER[module]}.{kind}": tensor}
+    if name == "mlm.bias":
+        return {"cls.predictions.bias": tensor}
+    module, _, kind = name.rpartition(".")
+    if module in _HEADS:
+        return {f"{_HEADS[module]}.{kind}": tensor}
+    raise KeyError(f"no Hugging Face name for parameter {name!r}")
+
+
+def _normalise_hf_keys(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # Old checkpoints: LayerNorm gamma/beta, persistent position_ids/token_type_ids buffers.
+    # BertModel-only checkpoints: no "bert." prefix.
+    bare = not any(k.startswith("bert.") for k in state_dict)
+    out = {}
+    for key, tensor in state_dict.items():
+        if key.endswith(("embeddings.position_ids", "embeddings.token_type_ids")):
+            continue
+        key = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", key))
+        if bare and key.startswith(("embeddings.", "encoder.", "pooler.")):
+            key = "bert." + key
+        out[key] = tensor
+    return out
+
+
+def from_hf_state_dict(
+    hf_state_dict: dict[str, torch.Tensor], config: BertConfig, task: str = "pretraining"
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Return (our state dict, names of our parameters the checkpoint did not provide).
+
+    Accepts `BertForPreTraining`, `BertForSequenceClassification` and bare `BertModel`
+    checkpoints, old `gamma`/`beta` LayerNorm names and the old persistent buffers. Encoder
+    weights must all be there; missing pooler or head weights are reported, not invented.
+    """
+    if task not in _TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {sorted(_TASKS)}")
+    hf = _normalise_hf_keys(hf_state_dict)
+    ours: dict[str, torch.Tensor] = {}
+    used: set[str] = set()
+
+    def take(hf_key: str) -> torch.Tensor | None:
+        if hf_key in hf:
+            used.add(hf_key)
+            return hf[hf_key]
+        return None
+
+    for our, theirs in _EMBEDDINGS.items():
+        ours["bert." + our] = take("bert." + theirs)
+    for i in range(config.num_layers):
+        prefix = f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            parts = [take(f"{prefix}attention.self.{q}.{kind}") for q in _QKV]
+            ours[f"bert.layers.{i}.attention.qkv.{kind}"] = (
+                None if any(p is None for p in parts) else torch.cat(parts, dim=0)
+            )
+            for module, hf_module in _LAYER.items():
+                ours[f"bert.layers.{i}.{module}.{kind}"] = take(f"{prefix}{hf_module}.{kind}")
+    missing_encoder = [k for k, v in ours.items() if v is None]
+    if missing_encoder:
+        raise ValueError(
+            f"checkpoint lacks encoder weights for a {config.num_layers}-layer model, e.g. "
+            f"{missing_encoder[:3]} (Hugging Face names); is config.json from the same model?"
+        )
+
+    heads = ["bert.pooler"] + (["mlm.dense", "mlm.norm", "nsp"] if task == "pretraining"
+                               else ["classifier"])
+    for module in heads:
+        for kind in ("weight", "bias"):
+            ours[f"{module}.{kind}"] = take(f"{_HEADS[module]}.{kind}")
+    if task == "pretraining":
+        # The decoder's weight and bias are tied copies of the word table and this bias.
+        decoder_bias = take("cls.predictions.decoder.bias")
+        ours["mlm.bias"] = take("cls.predictions.bias")
+        if ours["mlm.bias"] is None:
+            ours["mlm.bias"] = decoder_bias
+        take("cls.predictions.decoder.weight")
+    # The other task's heads are expected leftovers (e.g. fine-tuning a pretrained checkpoint).
+    other = ("classifier.",) if task == "pretraining" else ("cls.",)
+    unexpected = sorted(k for k in hf if k not in used and not k.startswith(other))
+    if unexpected:
+        raise ValueError(f"checkpoint has weights this BERT does not use: {unexpected[:5]}")
+    missing = [k for k, v in ours.items() if v is None]
+    return {k: v for k, v in ours.items() if v is not None}, missing
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+
+
+def hf_config_dict(model: BertForPreTraining | BertForSequenceClassification,
+                   label_names: list[str] | None = None) -> dict:
+    """Return the Hugging Face config.json contents for the model."""
+    cfg = model.config
+    out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_FIELDS}
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    out.update(model_type="bert", hidden_act="gelu", position_embedding_type="absolute",
+               tie_word_embeddings=True, is_decoder=False, dtype=dtype)
+    if isinstance(model, BertForSequenceClassification):
+        names = label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+        if len(names) != model.num_labels:
+            raise ValueError(f"label_names has {len(names)} names for {model.num_labels} labels")
+        out["architectures"] = ["BertForSequenceClassification"]
+        out["id2label"] = {str(i): name for i, name in enumerate(names)}
+        out["label2id"] = {name: i for i, name in enumerate(names)}
+        if model.num_labels == 1:
+            out["problem_type"] = "regression"
+    elif isinstance(model, BertForPreTraining):
+        out["architectures"] = ["BertForPreTraining"]
+    else:
+        raise TypeError(f"save_hf takes BertForPreTraining or BertForSequenceClassification, "
+                        f"got {type(model).__name__}")
+    return dict(sorted(out.items()))
+
+
+def config_from_hf(hf_config: dict) -> BertConfig:
+    """Return our `BertConfig` from a Hugging Face BERT config.json dict."""
+    if hf_config.get("model_type", "bert") != "bert":
+        raise ValueError(f"config.json describes a {hf_config['model_type']!r} model, not 'bert'")
+    act = hf_config.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise ValueError(f"hidden_act={act!r} is not supported; bertlab uses erf GELU ('gelu')")
+    if hf_config.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    settings = {ours: hf_config[hf] for ours, hf in _CONFIG_FIELDS if hf_config.get(hf) is not None}
+    return BertConfig(**settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Export
+
+
+def _tokenizer_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, str]:
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+    if [i for _, i in by_id] != list(range(len(by_id))):
+        raise ValueError("tokenizer ids are not 0..n-1 without gaps; cannot write vocab.txt")
+    missing = [t for t in _SPECIAL_TOKENS.values() if t not in vocab]
+    if missing:
+        raise ValueError(f"tokenizer lacks the special tokens {missing}; BERT needs all of them")
+    normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
+    lowercase = bool(normalizer.get("lowercase", False))
+    config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": lowercase,
+        "strip_accents": normalizer.get("strip_accents"),
+        "tokenize_chinese_chars": bool(normalizer.get("handle_chinese_chars", True)),
+        "model_max_length": model_max_length,
+        "clean_up_tokenization_spaces": False,
+        **_SPECIAL_TOKENS,
+    }
+    return {
+        "tokenizer.json": tokenizer.to_str(),
+        "vocab.txt": "".join(token + "\n" for token, _ in by_id),
+        "tokenizer_config.json": json.dumps(config, indent=2),
+        "special_tokens_map.json": json.dumps(_SPECIAL_TOKENS, indent=2),
+    }
+
+
+def save_hf(
+    model: BertForPreTraining | BertForSequenceClassification,
+    tokenizer: Tokenizer | None,
+    out_dir: str | Path,
+    label_names: list[str] | None = None,
+) -> Path:
+    """Return `out_dir` after writing a Hugging Face folder there: config.json,
+    model.safetensors and (unless `tokenizer` is None) the tokenizer files.
+
+    The folder is written in a temporary sibling and renamed into place, so a crash never leaves
+    half a model. An existing export there is replaced; any other non-empty folder is refused.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
+        raise FileExistsError(f"'{out_dir}' exists and is not a model folder; choose another path")
+    files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
+    if tokenizer is not None:
+        if tokenizer.get_vocab_size() != model.config.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model's "
+                             f"vocab_size is {model.config.vocab_size}")
+        files.update(_tokenizer_files(tokenizer, model.config.max_position_embeddings))
+    # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
+    tensors = {k: v.detach().to("cpu").contiguous().clone()
+               for k, v in to_hf_state_dict(model.state_dict()).items()}
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.replace(out_dir, old / out_dir.name)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out_dir
+
+
+# ---------------------------------------------------------------------------------------------
+# Import
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    if (folder / "model.safetensors").is_file():
+        return load_file(str(folder / "model.safetensors"))
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return {k: v for shard in shards for k, v in load_file(str(folder / shard)).items()}
+    if (folder / "pytorch_model.bin").is_file():  # never unpickle arbitrary objects
+        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise FileNotFoundError(f"'{folder}' has no model.safetensors or pytorch_model.bin")
+
+
+def load_hf(
+    folder: str | Path, task: str = "pretraining", num_labels: int | None = None
+) -> BertForPreTraining | BertForSequenceClassification:
+    """Return a bertlab model with the weights of a Hugging Face BERT folder.
+
+    `task="pretraining"` gives `BertForPreTraining`; `task="classification"` gives
+    `BertForSequenceClassification` (num_labels from config.json unless given). Heads the
+    checkpoint lacks (e.g. a bare `BertModel`) are freshly initialised, with a warning. The
+    model comes back in eval mode, as from `from_pretrained`.
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model folder '{folder}' does not exist")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"'{folder}' has no config.json; is it a Hugging Face folder?")
+    if task not in _TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {sorted(_TASKS)}")
+    hf_config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = config_from_hf(hf_config)
+    if task == "classification":
+        num_labels = num_labels or len(hf_config.get("id2label") or {}) or 2
+        model = BertForSequenceClassification(config, num_labels)
+    else:
+        model = BertForPreTraining(config)
+
+    state, missing = from_hf_state_dict(_read_weights(folder), config, task)
+    expected = model.state_dict()
+    for key, tensor in state.items():
+        if tensor.shape != expected[key].shape:
+            theirs = next(iter(_our_key_to_hf(key, expected[key])))
+            raise ValueError(
+                f"shape mismatch for '{theirs}': checkpoint has {tuple(tensor.shape)}, the model "
+                f"built from config.json expects {tuple(expected[key].shape)}"
+            )
+    model.load_state_dict(state, strict=False)
+    if missing:
+        modules = sorted({k if k == "mlm.bias" else k.rsplit(".", 1)[0] for k in missing})
+        warnings.warn(
+            f"'{folder}' has no weights for {', '.join(modules)}: they are freshly initialised "
+            f"(train them before trusting their outputs)",
+            stacklevel=2,
+        )
+    return model.eval()
+
+
+def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
+    """Return the `tokenizers.Tokenizer` of a Hugging Face folder (tokenizer.json, else vocab.txt).
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"tokenizer folder '{folder}' does not exist")
+    if (folder / "tokenizer.json").is_file():
+        return load_tokenizer(folder / "tokenizer.json")
+    if (folder / "vocab.txt").is_file():
+        settings_file = folder / "tokenizer_config.json"
+        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
+        return tokenizer_from_vocab(folder / "vocab.txt",
+                                    lowercase=settings.get("do_lower_case", True))
+    raise FileNotFoundError(f"'{folder}' has neither tokenizer.json nor vocab.txt")

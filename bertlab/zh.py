@@ -1,0 +1,322 @@
+"""Chinese BERT: whole-word masking from a real word segmentation, end to end.
+
+A character vocabulary cuts 华中科技大学 into six tokens. With character masking the model may
+see 华中_技大学 and only has to fill in 科, which the rest of the word nearly gives away.
+Whole-word masking (Cui et al. 2019, "Pre-Training with Whole Word Masking for Chinese BERT")
+hides every character of a word at once, so the model has to use the sentence around it.
+Chinese has no spaces and no "##" marks, so the word boundaries must come from a segmentation;
+here they come from the gold segmentation of the People's Daily corpus ("zh-news").
+
+The glue between that segmentation and the pretraining pipeline:
+
+* `segment_corpus`: token ids per sentence (what `create_nsp_examples` takes) plus one word
+  index per token, from the same encodings;
+* `nsp_word_ids`: the word ids of one NSP example, [CLS] A [SEP] B [SEP], truncation included;
+* `SegmentedNspDataset` + `SegmentedCollator` (`segmented_loader` builds both): batches masked
+  word by word, or character by character with the same data and seeds for a fair comparison;
+* `whole_word_counts` / `whole_word_scores`: the whole-word masked-LM accuracy.
+
+Taught in notebooks/08_chinese_bert.ipynb.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from torch import nn
+
+from bertlab.corpus import Document
+from bertlab.data import EpochShuffleSampler, NspDataset, PretrainingCollator, PretrainingLoader
+from bertlab.masking import IGNORE_INDEX, mask_tokens
+from bertlab.nsp import NspExample, TokenizedCorpus
+from bertlab.tokenizer import chinese_word_ids, special_ids
+
+# --------------------------------------------------------------------------------------------
+# Word ids for the corpus and for NSP examples
+
+
+@dataclass
+class SegmentedCorpus(TokenizedCorpus):
+    """A `TokenizedCorpus` (pass it to `create_nsp_examples`) that also knows the words.
+
+    `word_ids[d][s][t]` is the word index of token t of sentence s of document d, counted from
+    0 within the sentence; `fallback_tokens` counts tokens whose WordPiece word the gold
+    segmentation cuts through (see `bertlab.tokenizer.chinese_word_ids`).
+    """
+
+    word_ids: list[list[list[int]]] = field(default_factory=list)
+    fallback_tokens: int = 0
+
+
+def segment_corpus(docs: Sequence[Document], tokenizer: Tokenizer, *,
+                   name: str = "corpus") -> SegmentedCorpus:
+    """Return the documents' sentences as token ids, with one gold word index per token.
+
+    Every document needs `words` (a segmentation per sentence, as "zh-news" has). Titles are
+    left out (they have no gold words), as `tokenize_corpus` leaves them out by default;
+    sentences that encode to nothing are dropped the same way, so sentence indices in the NSP
+    examples built from the result refer to it.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    sentences: list[str] = []
+    words: list[list[str]] = []
+    counts: list[int] = []
+    for doc in docs:
+        if not isinstance(doc, Document):
+            raise TypeError(f"segment_corpus takes Documents, got {type(doc).__name__}")
+        if doc.words is None:
+            raise ValueError(
+                f"document {doc.id!r} has no word segmentation (Document.words is None); "
+                f"use a segmented corpus such as load_corpus('zh-news'), or segment the "
+                f"sentences first and pass Document(..., words=...)"
+            )
+        sentences.extend(doc.sentences)
+        words.extend(doc.words)
+        counts.append(len(doc.sentences))
+    encodings = tokenizer.encode_batch(sentences, add_special_tokens=False) if sentences else []
+    word_ids, fallback = chinese_word_ids(encodings, words) if encodings else ([], 0)
+    out_ids: list[list[list[int]]] = []
+    out_words: list[list[list[int]]] = []
+    empty = pos = 0
+    for n in counts:
+        kept = [(e.ids, w) for e, w in zip(encodings[pos : pos + n], word_ids[pos : pos + n],
+                                           strict=True) if e.ids]
+        empty += n - len(kept)
+        out_ids.append([ids for ids, _ in kept])
+        out_words.append([w for _, w in kept])
+        pos += n
+    return SegmentedCorpus(doc_ids=[d.id for d in docs], sentences=out_ids, empty_sentences=empty,
+                           name=name, word_ids=out_words, fallback_tokens=fallback)
+
+
+def _side_word_ids(corpus: SegmentedCorpus, doc: int, span: tuple[int, int],
+                   cut: tuple[int, int]) -> list[int]:
+    """Word ids of one side (A or B): its sentences joined, words numbered on across sentences."""
+    ids: list[int] = []
+    base = 0
+    for s in range(*span):
+        local = corpus.word_ids[doc][s]
+        ids.extend(base + w for w in local)
+        base += max(local) + 1  # the next sentence starts a new word
+    return ids[cut[0] : len(ids) - cut[1]]  # the tokens truncation removed, front and back
+
+
+def nsp_word_ids(example: NspExample, corpus: SegmentedCorpus) -> list[int | None]:
+    """Return one word index per token of the example ([CLS] A [SEP] B [SEP]); None at specials.
+
+    A comes from sentences `a_sentences` of document `doc_index`, B from `b_sentences` of
+    `b_doc_index` (another document for NotNext), both cut as truncation cut them. Words are
+    numbered 0, 1, 2, ... in order, continuing from A into B, so the two segments never share
+    a word; a word cut in half by truncation keeps its remaining characters together. This is
+    what `mask_tokens(word_ids=...)` takes.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    if not isinstance(corpus, SegmentedCorpus):
+        raise TypeError(f"nsp_word_ids needs the SegmentedCorpus the example was built from "
+                        f"(segment_corpus), got {type(corpus).__name__}")
+    if not (0 <= example.doc_index < len(corpus.doc_ids)
+            and corpus.doc_ids[example.doc_index] == example.doc_id):
+        raise ValueError(
+            f"nsp_word_ids: the example comes from document {example.doc_id!r}, which is not "
+            f"document {example.doc_index} of this corpus; pass the SegmentedCorpus the examples "
+            f"were built from"
+        )
+    sides = [_side_word_ids(corpus, example.doc_index, example.a_sentences, example.a_cut),
+             _side_word_ids(corpus, example.b_doc_index, example.b_sentences, example.b_cut)]
+    if (len(sides[0]), len(sides[1])) != (example.a_len, example.b_len):
+        raise ValueError(
+            f"nsp_word_ids: example from {example.doc_id!r} has A/B lengths "
+            f"{example.a_len}/{example.b_len} but the corpus gives {len(sides[0])}/{len(sides[1])} "
+            f"tokens; build the examples with create_nsp_examples(corpus, ...) from this corpus"
+        )
+    numbering: dict[tuple[int, int], int] = {}
+    out: list[int | None] = [None]  # [CLS]
+    for side, ids in enumerate(sides):
+        out.extend(numbering.setdefault((side, w), len(numbering)) for w in ids)
+        out.append(None)  # [SEP]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Dataset, collate and loader
+
+
+class SegmentedNspDataset(NspDataset):
+    """Return the items of `NspDataset` plus "word_ids" (an int64 array, -1 at specials).
+
+    `word_ids[i]` belongs to `examples[i]` (from `nsp_word_ids`).
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+
+    def __init__(self, examples: Sequence[NspExample], word_ids: Sequence[Sequence[int | None]],
+                 *, seed: int = 0, masking: str = "dynamic", dupe_factor: int = 1) -> None:
+        super().__init__(examples, seed=seed, masking=masking, dupe_factor=dupe_factor)
+        if len(word_ids) != len(self.examples):
+            raise ValueError(f"SegmentedNspDataset: {len(self.examples)} examples but "
+                             f"{len(word_ids)} word-id lists; pass one list per example")
+        self.word_ids = []
+        for ex, ids in zip(self.examples, word_ids, strict=True):
+            if len(ids) != len(ex.input_ids):
+                raise ValueError(f"SegmentedNspDataset: an example from {ex.doc_id!r} has "
+                                 f"{len(ex.input_ids)} tokens but {len(ids)} word ids; build "
+                                 f"them with nsp_word_ids(example, corpus)")
+            self.word_ids.append(np.array([-1 if w is None else w for w in ids], dtype=np.int64))
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        item = super().__getitem__(index)
+        item["word_ids"] = self.word_ids[index]
+        return item
+
+
+class SegmentedCollator:
+    """Pads like `PretrainingCollator`, then masks with the items' own word ids.
+
+    `whole_word=True`: every character of a selected word is a target (whole-word masking);
+    `False`: characters are selected one by one (character masking), from the same row seeds,
+    so two loaders that differ only in this flag see the same examples in the same order.
+    `mask_options` go to `mask_tokens` (mlm_probability, mask_replace_prob, selection, ...).
+    `return_word_ids=True` adds "word_ids" (B, T) to the batch, for `whole_word_scores`; the
+    model does not take it, so leave it off for training.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, *, whole_word: bool = True,
+                 return_word_ids: bool = False, pad_to_multiple_of: int | None = None,
+                 **mask_options: Any) -> None:
+        # The bertlab collator pads and builds the masks of attention and segments; asked to
+        # mask nothing, it leaves the masking to us.
+        self.pad = PretrainingCollator(tokenizer, mlm_probability=0.0,
+                                       pad_to_multiple_of=pad_to_multiple_of)
+        self.special = special_ids(tokenizer)
+        self.whole_word, self.return_word_ids = whole_word, return_word_ids
+        self.mask_options = mask_options
+        mask_tokens(torch.tensor([self.special.cls, self.special.sep]), self.special,
+                    row_seeds=torch.zeros(1, dtype=torch.int64), **mask_options)  # check once
+
+    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        if any("word_ids" not in item for item in items):
+            raise ValueError("SegmentedCollator: items need 'word_ids'; use SegmentedNspDataset")
+        batch = self.pad(items)  # labels are all -100 here: nothing is masked yet
+        word_ids = torch.full_like(batch["input_ids"], -1)  # (B, T), -1 on specials and padding
+        for row, item in enumerate(items):
+            word_ids[row, : len(item["word_ids"])] = torch.from_numpy(item["word_ids"])
+        masked, labels = mask_tokens(
+            batch["input_ids"], self.special, attention_mask=batch["attention_mask"],
+            row_seeds=torch.tensor([item["row_seed"] for item in items], dtype=torch.int64),
+            word_ids=word_ids if self.whole_word else None, **self.mask_options,
+        )
+        batch.update(input_ids=masked, labels=labels)
+        if self.return_word_ids:
+            batch["word_ids"] = word_ids
+        return batch
+
+
+def segmented_loader(examples: Sequence[NspExample], word_ids: Sequence[Sequence[int | None]],
+                     tokenizer: Tokenizer, *, whole_word: bool = True, batch_size: int = 32,
+                     seed: int = 0, shuffle: bool = True, masking: str = "dynamic",
+                     return_word_ids: bool = False, **mask_options: Any) -> PretrainingLoader:
+    """Return a pretraining loader over NSP examples masked by words (or by characters).
+
+    The same loader as `bertlab.pretraining_loader` (each pass is a new epoch: new masks when
+    `masking="dynamic"`, a new order when `shuffle`), with `SegmentedCollator` as its collate.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    dataset = SegmentedNspDataset(examples, word_ids, seed=seed, masking=masking)
+    collate = SegmentedCollator(tokenizer, whole_word=whole_word,
+                                return_word_ids=return_word_ids, **mask_options)
+    sampler = EpochShuffleSampler(len(dataset), seed) if shuffle else None
+    return PretrainingLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole-word masked-LM accuracy
+
+
+def whole_word_counts(predictions: torch.Tensor, labels: torch.Tensor, word_ids: torch.Tensor,
+                      *, min_tokens: int = 1) -> dict[str, int]:
+    """Return counts over the wholly masked words: words, words_correct, tokens, tokens_correct.
+
+    All inputs are (B, T): predicted ids, labels (-100 = not a target) and word ids (-1 = no
+    word). A word counts when every one of its tokens is a target and it has at least
+    `min_tokens` tokens; it is correct when every one of its tokens is predicted right.
+    `tokens` / `tokens_correct` count the characters inside the counted words.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    if not predictions.shape == labels.shape == word_ids.shape or labels.dim() != 2:
+        raise ValueError(f"whole_word_counts: predictions {tuple(predictions.shape)}, labels "
+                         f"{tuple(labels.shape)} and word_ids {tuple(word_ids.shape)} must all "
+                         f"be the same (B, T) shape")
+    in_word = word_ids >= 0
+    n_words = int(word_ids.max()) + 1 if bool(in_word.any()) else 1
+    rows = torch.arange(labels.shape[0], device=labels.device)[:, None]  # (B, 1)
+    key = (rows * n_words + word_ids)[in_word]  # (n,) one slot per (row, word)
+    slots = labels.shape[0] * n_words
+    target = (labels != IGNORE_INDEX)[in_word].long()
+    right = ((labels != IGNORE_INDEX) & (predictions == labels))[in_word].long()
+    size = torch.bincount(key, minlength=slots)  # tokens per word
+    hidden = torch.bincount(key, weights=target, minlength=slots).long()
+    hits = torch.bincount(key, weights=right, minlength=slots).long()
+    whole = (size >= max(min_tokens, 1)) & (hidden == size)
+    return {"words": int(whole.sum()), "words_correct": int((whole & (hits == size)).sum()),
+            "tokens": int(size[whole].sum()), "tokens_correct": int(hits[whole].sum())}
+
+
+@torch.no_grad()
+def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = None
+                      ) -> dict[str, float]:
+    """Return masked-LM accuracies on batches that carry "word_ids" (`return_word_ids=True`).
+
+    char_accuracy: targets predicted right, over all targets. word_accuracy: wholly masked words
+    with every character right; multi_char_word_accuracy: the same over words of 2+ characters
+    (where one character could give another away). Counts ("targets", "words",
+    "multi_char_words") come along. The model runs in eval mode on epoch 0 of the loader.
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(0)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    totals = dict.fromkeys(("targets", "correct", "words", "words_correct", "multi",
+                            "multi_correct"), 0)
+    try:
+        for i, batch in enumerate(loader):
+            if max_batches is not None and i >= max_batches:
+                break
+            if "word_ids" not in batch:
+                raise ValueError("whole_word_scores: batches need 'word_ids'; build the loader "
+                                 "with segmented_loader(..., return_word_ids=True)")
+            labels = batch["labels"]
+            out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                        batch["token_type_ids"].to(device), labels=labels.to(device))
+            where = labels != IGNORE_INDEX
+            predictions = torch.full_like(labels, IGNORE_INDEX)
+            predictions[where] = out.mlm_logits.argmax(-1).cpu()  # (N,) in row-major order
+            totals["targets"] += int(where.sum())
+            totals["correct"] += int((predictions[where] == labels[where]).sum())
+            for prefix, min_tokens in (("words", 1), ("multi", 2)):
+                counts = whole_word_counts(predictions, labels, batch["word_ids"],
+                                           min_tokens=min_tokens)
+                totals[prefix] += counts["words"]
+                totals[f"{prefix}_correct"] += counts["words_correct"]
+    finally:
+        model.train(was_training)
+    if totals["targets"] == 0:
+        raise ValueError("whole_word_scores: the loader gave no masked-LM targets")
+    return {"char_accuracy": totals["correct"] / totals["targets"],
+            "word_accuracy": totals["words_correct"] / max(totals["words"], 1),
+            "multi_char_word_accuracy": totals["multi_correct"] / max(totals["multi"], 1),
+            "targets": totals["targets"], "words": totals["words"],
+            "multi_char_words": totals["multi"]}

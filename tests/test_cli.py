@@ -1,0 +1,124 @@
+"""`python -m bertlab`: help, pretrain -> resume -> fill-mask -> export-hf end to end, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bertlab.cli import build_parser, main
+from bertlab.corpus import load_corpus
+
+SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
+         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models; extra threads only oversubscribe a busy machine
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    for i, doc in enumerate(load_corpus("bbc")[:40]):
+        (folder / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    return folder
+
+
+def test_help_lists_every_subcommand():
+    done = subprocess.run([sys.executable, "-m", "bertlab", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    for command in ("prepare", "pretrain", "finetune", "export-hf", "fill-mask", "demo"):
+        assert command in done.stdout
+
+
+def test_pretrain_has_a_flag_for_every_train_config_field():
+    from dataclasses import fields
+
+    from bertlab.train import TrainConfig
+
+    help_text = build_parser()._subparsers._group_actions[0].choices["pretrain"].format_help()
+    for f in fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in help_text
+    assert "--minutes" in help_text
+
+
+def test_pretrain_resume_fill_mask_export_end_to_end(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "3",
+                 *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "done: 3 steps" in out and "val MLM loss" in out
+    assert (run / "tokenizer.json").is_file() and (run / "history.csv").is_file()
+    settings = json.loads((run / "run.json").read_text())
+    assert settings["model"]["hidden_size"] == 32 and settings["train"]["max_steps"] == 3
+
+    # Resume with a larger budget: continues from step 3 to 6.
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "6",
+                 "--resume", *SMALL]) == 0
+    assert "done: 6 steps" in capsys.readouterr().out
+    history = json.loads((run / "history.json").read_text())
+    assert [row["step"] for row in history] == [0, 3, 6]
+
+    assert main(["fill-mask", str(run), "the [MASK] fell sharply", "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "the [MASK] fell sharply" and lines[1].startswith("  [MASK] #1:")
+    assert lines[1].count(",") == 2  # three guesses
+
+    hf = tmp_path / "hf"
+    assert main(["export-hf", str(run), str(hf)]) == 0
+    capsys.readouterr()
+    assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
+    assert main(["fill-mask", str(hf), "the [MASK] fell sharply", "--top-k", "3"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[:2] == lines[:2]  # same model, same guesses
+
+
+def test_time_budget_flag(corpus, tmp_path, capsys):
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+                 "--minutes", "0.02", *SMALL]) == 0
+    assert "stopped by max_minutes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--preset", "huge"], "unknown preset 'huge'"),
+    (["--batch-size", "7", "--grad-accum", "2"], "not divisible by grad_accum=2"),
+    (["--schedule", "steps"], "schedule='steps' is not one of"),
+])
+def test_bad_pretrain_settings_exit_with_a_clear_message(corpus, tmp_path, capsys, extra, message):
+    code = main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
+                 "--max-steps", "1", *SMALL, *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_out_that_is_a_file_and_a_mismatched_resume(corpus, tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(a_file), *SMALL]) == 2
+    assert "is a file" in capsys.readouterr().err
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "1",
+                 *SMALL]) == 0
+    capsys.readouterr()
+    wider = [*SMALL[:SMALL.index("--hidden-size") + 1], "64",
+             *SMALL[SMALL.index("--hidden-size") + 2:]]
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "2",
+                 "--resume", *wider]) == 2
+    assert "hidden_size: checkpoint 32 vs model 64" in capsys.readouterr().err
+
+
+def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):
+    assert main(["fill-mask", str(tmp_path / "missing"), "a [MASK]"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["export-hf", str(tmp_path), str(tmp_path / "hf")]) == 2
+    assert "has no checkpoint" in capsys.readouterr().err
+

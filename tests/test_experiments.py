@@ -1,0 +1,243 @@
+"""Tests for bertlab.experiments: the config grid, the result schema and caching by config hash."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from bertlab import experiments as ex
+from bertlab.experiments import (
+    BASELINES,
+    GROUPS,
+    PAPER_MASKING,
+    Budget,
+    Cell,
+    ablation_grid,
+    cell_config,
+    cell_key,
+    compare_to_baseline,
+    config_key,
+    format_summary,
+    load_results,
+    procedure_overrides,
+    run_cell,
+    run_grid,
+    summarize_records,
+)
+
+# A toy budget: 60 BBC documents, a 1-layer 32-wide model, 3 steps, small evaluations.
+TOY = Budget(name="toy", max_docs=60, vocab_size=400, max_seq_len=32, batch_size=8, max_steps=3,
+             eval_batches=2, device="cpu", precision="fp32",
+             model_overrides={"hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                              "intermediate_size": 64, "max_position_embeddings": 64})
+METRIC_KEYS = {"mlm_accuracy", "mlm_loss", "mlm_accuracy_kept", "mlm_loss_kept",
+               "mlm_accuracy_random", "mlm_loss_random", "mlm_accuracy_no_mask", "nsp_accuracy",
+               "probe_accuracy", "probe_accuracy_cls", "finetune_accuracy", "final_train_loss",
+               "steps", "epochs_seen", "train_examples", "train_seconds"}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ex._Data(TOY)
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid and its keys
+
+
+def test_grid_has_every_variant_and_seed():
+    cells = ablation_grid(["masking-procedure", "nsp"], seeds=(0, 1), budget=TOY)
+    assert len(cells) == (len(PAPER_MASKING) + 2) * 2
+    assert [c.name for c in cells if c.seed == 0][:6] == list(PAPER_MASKING)
+    by_name = {(c.name, c.seed): c for c in cells}
+    assert by_name[("0/0/100", 0)].settings()["mask_replace_prob"] == 0.0
+    assert by_name[("0/0/100", 0)].settings()["random_replace_prob"] == 1.0
+    assert by_name[("80/20/0", 1)].settings()["random_replace_prob"] == 0.0
+    assert by_name[("MLM only", 0)].settings()["nsp"] is False
+    # BERT's recipe is the baseline of both groups: one config, one key; all others differ.
+    assert cell_key(by_name[("80/10/10", 0)]) == cell_key(by_name[("MLM + NSP", 0)])
+    assert len({cell_key(c) for c in cells}) == 7 * 2
+    for group in GROUPS:
+        assert BASELINES[group] in [name for name, _ in GROUPS[group]]
+        baseline = Cell("b", dict(GROUPS[group])[BASELINES[group]], 0, TOY)
+        assert baseline.settings() == ex.PRETRAIN_DEFAULTS  # the baseline is BERT's recipe
+
+
+def test_procedure_overrides_reads_mask_same_random():
+    assert procedure_overrides("80/10/10") == {"mask_replace_prob": 0.8, "random_replace_prob": 0.1}
+    assert procedure_overrides("0/20/80") == {"mask_replace_prob": 0.0, "random_replace_prob": 0.8}
+    with pytest.raises(ValueError, match="summing to 100"):
+        procedure_overrides("80/10/20")
+    with pytest.raises(ValueError, match="MASK/SAME/RND"):
+        procedure_overrides("80-10-10")
+
+
+def test_key_follows_every_setting_but_not_the_label(monkeypatch):
+    cell = Cell("a", {}, 0, TOY, group="g")
+    key = cell_key(cell)
+    assert len(key) == 16 and int(key, 16) >= 0
+    assert cell_key(Cell("another name", {}, 0, TOY, group="other")) == key
+    assert cell_key(Cell("a", {}, 1, TOY)) != key
+    assert cell_key(Cell("a", {"mlm_probability": 0.3}, 0, TOY)) != key
+    assert cell_key(Cell("a", {}, 0, Budget(**{**TOY.to_dict(), "max_steps": 4}))) != key
+    # The budget's own name is a label too.
+    assert cell_key(Cell("a", {}, 0, Budget(**{**TOY.to_dict(), "name": "renamed"}))) == key
+    config = cell_config(cell)
+    assert config["settings"] == {**ex.PRETRAIN_DEFAULTS}
+    assert config["device"] == "cpu/fp32"
+    assert config_key(json.loads(json.dumps(config))) == key  # survives a JSON round trip
+    monkeypatch.setattr(ex, "code_digest", lambda: "edited-source")
+    assert cell_key(cell) != key  # a code change invalidates the cache
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['mask_prob'\]"):
+        Cell("x", {"mask_prob": 0.5}, 0, TOY)
+    with pytest.raises(ValueError, match="seed=-1"):
+        Cell("x", {}, -1, TOY)
+    with pytest.raises(ValueError, match="unknown group"):
+        ablation_grid(["masking"], budget=TOY)
+    with pytest.raises(ValueError, match="unknown budget 'huge'"):
+        ablation_grid(["nsp"], budget="huge")
+    with pytest.raises(ValueError, match="seeds is empty"):
+        ablation_grid(["nsp"], seeds=(), budget=TOY)
+    with pytest.raises(ValueError, match="max_docs=3"):
+        Budget(max_docs=3)
+    with pytest.raises(ValueError, match="max_steps=0"):
+        Budget(max_steps=0)
+    with pytest.raises(ValueError, match="finetune_epochs"):
+        Budget(finetune_epochs=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running, the record schema and the cache
+
+
+def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
+    cell = Cell("80/10/10", {}, 0, TOY, group="masking-procedure")
+    record = run_cell(cell, tmp_path, data=data)
+    assert record["cached"] is False
+    assert record["key"] == cell_key(cell)
+    assert record["config"] == cell_config(cell)
+    assert record["cell"] == {"name": "80/10/10", "group": "masking-procedure", "overrides": {},
+                              "seed": 0, "budget": "toy"}
+    metrics = record["metrics"]
+    assert set(metrics) == METRIC_KEYS
+    for name in ("mlm_accuracy", "mlm_accuracy_kept", "mlm_accuracy_random", "nsp_accuracy",
+                 "probe_accuracy", "probe_accuracy_cls"):
+        assert 0.0 <= metrics[name] <= 1.0, name
+    assert metrics["mlm_accuracy_no_mask"] == pytest.approx(
+        (metrics["mlm_accuracy_kept"] + metrics["mlm_accuracy_random"]) / 2)
+    assert metrics["finetune_accuracy"] is None  # the toy budget does not fine-tune
+    assert metrics["steps"] == TOY.max_steps and math.isfinite(metrics["final_train_loss"])
+    saved = json.loads((tmp_path / f"{record['key']}.json").read_text())
+    assert saved["metrics"] == metrics and "cached" not in saved
+
+    # Finished: the same config is read back, never re-run (even under another name).
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a cached cell was run again")
+
+    with monkeypatch.context() as m:
+        m.setattr(ex, "_train_and_measure", must_not_run)
+        again = run_cell(Cell("MLM + NSP", {}, 0, TOY, group="nsp"), tmp_path, data=data)
+    assert again["cached"] is True and again["metrics"] == metrics
+    assert again["cell"]["name"] == "MLM + NSP"
+
+    # A changed config runs: a new key, a second file; the first record is left alone.
+    changed = run_cell(Cell("0/0/100", procedure_overrides("0/0/100"), 0, TOY), tmp_path, data=data)
+    assert changed["cached"] is False and changed["key"] != record["key"]
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(
+        [f"{record['key']}.json", f"{changed['key']}.json"])
+    assert json.loads((tmp_path / f"{record['key']}.json").read_text())["metrics"] == metrics
+
+
+def test_stale_or_forced_records_run_again(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_measure(cell, data):
+        calls.append(cell.seed)
+        return {"mlm_accuracy": 0.5}
+
+    monkeypatch.setattr(ex, "_train_and_measure", fake_measure)
+    monkeypatch.setattr(ex, "_Data", lambda budget: None)
+    cell = Cell("x", {}, 3, TOY)
+    run_cell(cell, tmp_path)
+    run_cell(cell, tmp_path)
+    assert calls == [3]
+    run_cell(cell, tmp_path, force=True)
+    assert calls == [3, 3]
+    path = tmp_path / f"{cell_key(cell)}.json"
+    record = json.loads(path.read_text())
+    record["config"]["seed"] = 99  # a file whose config does not match its key is not trusted
+    path.write_text(json.dumps(record))
+    assert run_cell(cell, tmp_path)["cached"] is False
+    assert calls == [3, 3, 3]
+
+
+def test_run_grid_runs_a_shared_config_once(tmp_path, monkeypatch):
+    runs = []
+
+    def fake_measure(cell, data):
+        runs.append((cell.name, cell.seed))
+        return {"mlm_accuracy": 0.1 * len(runs)}
+
+    monkeypatch.setattr(ex, "_train_and_measure", fake_measure)
+    monkeypatch.setattr(ex, "_Data", lambda budget: None)
+    cells = ablation_grid(["nsp", "masking-rate"], seeds=(0, 1), budget=TOY)
+    seen = []
+    records = run_grid(cells, tmp_path, on_record=seen.append)
+    assert len(records) == len(cells) == len(seen)
+    assert len(runs) == 4 * 2  # "MLM + NSP" and "15%" are one config
+    assert [r["cell"]["name"] for r in records] == [c.name for c in cells]
+    shared = [r for r in records if r["cell"]["name"] in ("MLM + NSP", "15%") and
+              r["cell"]["seed"] == 0]
+    assert shared[0]["key"] == shared[1]["key"] and shared[1]["cached"] is True
+    run_grid(cells, tmp_path)
+    assert len(runs) == 8  # everything finished: nothing runs again
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading results
+
+
+def _record(group: str, name: str, seed: int, acc: float) -> dict:
+    return {"cell": {"group": group, "name": name, "seed": seed},
+            "metrics": {"mlm_accuracy": acc, "probe_accuracy": None}}
+
+
+def test_summary_and_noise_verdicts():
+    records = [_record("nsp", "MLM + NSP", 0, 0.50), _record("nsp", "MLM + NSP", 1, 0.52),
+               _record("nsp", "MLM only", 0, 0.51), _record("nsp", "MLM only", 1, 0.49),
+               _record("masking-rate", "15%", 0, 0.30), _record("masking-rate", "15%", 1, 0.31),
+               _record("masking-rate", "40%", 0, 0.40), _record("masking-rate", "40%", 1, 0.41),
+               _record("masking-rate", "30%", 0, 0.20)]
+    rows = summarize_records(records)
+    base = next(r for r in rows if r["name"] == "MLM + NSP")
+    assert base["seeds"] == [0, 1]
+    assert base["mlm_accuracy_mean"] == pytest.approx(0.51)
+    assert base["mlm_accuracy_std"] == pytest.approx(math.sqrt(2) * 0.01)
+    assert "probe_accuracy_mean" not in base  # not measured
+    (nsp,) = compare_to_baseline(rows, "nsp", "mlm_accuracy")
+    assert nsp["diff"] == pytest.approx(-0.01) and nsp["verdict"] == "within noise"
+    verdicts = {v["name"]: v for v in compare_to_baseline(rows, "masking-rate", "mlm_accuracy")}
+    assert verdicts["40%"]["verdict"] == "better"
+    assert verdicts["40%"]["se"] == pytest.approx(math.sqrt(0.00005 / 2 + 0.00005 / 2))
+    assert verdicts["30%"]["verdict"] == "too few seeds"
+    with pytest.raises(ValueError, match="no baseline row"):
+        compare_to_baseline(rows, "nsp", "probe_accuracy")
+    table = format_summary(rows, metrics=("mlm_accuracy", "probe_accuracy"))
+    assert "51.0 ± 1.4" in table and "probe_accuracy" not in table
+
+
+def test_load_results_checks_the_file(tmp_path):
+    with pytest.raises(ValueError, match="run `python benchmarks/ablations.py`"):
+        load_results(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"records": []}))
+    with pytest.raises(ValueError, match=r"missing \['command', 'budget'\]"):
+        load_results(bad)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"command": "python x", "budget": {}, "records": []}))
+    assert load_results(good)["command"] == "python x"

@@ -1,0 +1,384 @@
+"""The pretraining loop: learning, exact resume, atomic checkpoints, NaN stops, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import bertlab.train as train_mod
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.nsp import create_nsp_examples
+from bertlab.tokenizer import train_tokenizer
+from bertlab.train import (
+    TrainConfig,
+    build_optimizer,
+    evaluate,
+    fill_mask,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_run,
+    lr_at,
+    pretrain,
+    pretraining_counts,
+    pretraining_loss,
+    save_checkpoint,
+    train_loop,
+    unigram_baseline,
+)
+
+VOCAB = 500
+SEQ = 64
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Tiny models gain nothing from intra-op threads, and on a busy 2-core machine extra threads
+    # oversubscribe the cores (several times slower).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(load_corpus("bbc")[:200], vocab_size=VOCAB)
+
+
+@pytest.fixture(scope="module")
+def examples(tok):
+    return create_nsp_examples(load_corpus("bbc")[:40], tok, max_seq_len=SEQ, seed=0)
+
+
+def make_model(tok, dropout: float = 0.1, hidden: int = 32, seed: int = 0) -> BertForPreTraining:
+    config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), hidden_size=hidden,
+                               num_heads=2, intermediate_size=2 * hidden,
+                               max_position_embeddings=SEQ, hidden_dropout=dropout,
+                               attention_dropout=dropout)
+    return BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+
+
+def loaders(examples, tok, batch_size=8, n_train=None, sampler=None):
+    train = pretraining_loader(examples[:n_train] if n_train else examples, tok, split=None,
+                               batch_size=batch_size, seed=0, sampler=sampler)
+    val = pretraining_loader(examples[:48], tok, split=None, batch_size=8, shuffle=False,
+                             masking="static")
+    return train, val
+
+
+def quiet(**settings) -> TrainConfig:
+    base = dict(batch_size=8, eval_interval=1000, eval_batches=3, checkpoint_interval=None,
+                progress=False, log_interval=0)
+    return TrainConfig(**{**base, **settings})
+
+
+class InterruptAt:
+    """A loader that raises KeyboardInterrupt when asked for its n-th batch (Ctrl-C stand-in)."""
+
+    def __init__(self, loader, n: int):
+        self.loader, self.n, self.served = loader, n, 0
+        self.dataset, self.sampler, self.batch_size = loader.dataset, loader.sampler, loader.batch_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __iter__(self):
+        for batch in self.loader:
+            self.served += 1
+            if self.served == self.n:
+                raise KeyboardInterrupt
+            yield batch
+
+
+# ---------------------------------------------------------------------------------------------
+# It learns
+
+
+def test_few_steps_reduce_the_held_out_loss(tok, examples, tmp_path):
+    train, val = loaders(examples, tok)
+    model = make_model(tok)
+    result = pretrain(model, train, val, quiet(max_steps=40, lr=5e-3, eval_interval=20),
+                      out_dir=tmp_path / "run")
+    first, last = result.history[0], result.history[-1]
+    assert [row["step"] for row in result.history] == [0, 20, 40]
+    assert first["val_mlm_loss"] == pytest.approx(math.log(VOCAB), abs=0.5)  # uniform guess
+    assert last["val_mlm_loss"] < first["val_mlm_loss"] - 0.3
+    assert last["val_perplexity"] == pytest.approx(math.exp(last["val_mlm_loss"]))
+    assert last["tokens"] == 40 * 8 * SEQ  # every batch is padded to the longest (64) here
+    # History on disk, as JSON and CSV, one row per evaluation.
+    on_disk = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [row["step"] for row in on_disk] == [0, 20, 40]
+    csv_lines = (tmp_path / "run" / "history.csv").read_text().strip().splitlines()
+    assert len(csv_lines) == 4 and csv_lines[0].startswith("step,tokens")
+
+
+def test_pretraining_loss_matches_the_models_own_mean_loss(tok, examples):
+    train, _ = loaders(examples, tok)
+    batch = next(iter(train))
+    model = make_model(tok, dropout=0.0)
+    ours = pretraining_loss(model, batch, pretraining_counts(batch))
+    assert ours.item() == pytest.approx(model(**batch).loss.item(), abs=1e-5)
+
+
+def test_grad_accumulation_equals_one_big_batch(tok, examples):
+    # Losses are sums over the step's targets, so 2 x 4 sequences == 1 x 8 exactly.
+    big, _ = loaders(examples, tok, batch_size=8)
+    small, _ = loaders(examples, tok, batch_size=4)
+    a = pretrain(make_model(tok, dropout=0.0), big, None, quiet(max_steps=5, lr=3e-3))
+    b = pretrain(make_model(tok, dropout=0.0), small, None,
+                 quiet(max_steps=5, lr=3e-3, grad_accum=2))
+    assert a.step_losses == pytest.approx(b.step_losses, abs=1e-5)
+
+
+def test_lr_schedule_warmup_then_decay():
+    config = TrainConfig(max_steps=100, lr=1.0, warmup_fraction=0.1)
+    lrs = [lr_at(s, config) for s in range(100)]
+    peak = max(range(100), key=lrs.__getitem__)
+    assert 8 <= peak <= 10 and lrs[peak] == pytest.approx(1.0, abs=0.05)
+    assert all(a < b for a, b in zip(lrs[:peak], lrs[1:peak + 1], strict=True))
+    assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:], strict=False))
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)
+    cosine = TrainConfig(max_steps=100, lr=1.0, warmup_steps=10, schedule="cosine",
+                         min_lr_ratio=0.1)
+    assert lr_at(0, cosine) == pytest.approx(0.1)
+    assert lr_at(99, cosine) == pytest.approx(0.1, abs=1e-6)
+    assert lr_at(55, cosine) == pytest.approx(0.1 + 0.9 * 0.5, abs=0.02)  # half way: the middle
+    timed = TrainConfig(max_steps=None, max_minutes=1.0, lr=1.0, warmup_fraction=0.0)
+    assert lr_at(10_000, timed, elapsed_s=30.0) == pytest.approx(0.5)  # schedule follows time
+
+
+def test_weight_decay_only_on_matrices(tok):
+    model = make_model(tok)
+    optimizer = build_optimizer(model, TrainConfig(weight_decay=0.1))
+    decayed, plain = optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decayed["params"])
+    assert all(p.dim() == 1 for p in plain["params"])  # biases, LayerNorm, MLM output bias
+    n_params = len(list(model.parameters()))  # the tied decoder is listed once
+    assert len(decayed["params"]) + len(plain["params"]) == n_params
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints and exact resume
+
+
+def test_resume_after_ctrl_c_equals_an_uninterrupted_run(tok, examples, tmp_path):
+    # 40 examples = 5 batches per epoch, so the interruption (in step 7) lands in epoch 1;
+    # dropout is on, so the dropout stream must be restored too.
+    config = quiet(max_steps=10, lr=3e-3, checkpoint_interval=4, keep_checkpoints=2)
+    train, _ = loaders(examples, tok, n_train=40)
+    full = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "full")
+
+    train, _ = loaders(examples, tok, n_train=40)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(make_model(tok), InterruptAt(train, 8), None, config, out_dir=tmp_path / "cut")
+    saved = [p.name for p in list_checkpoints(tmp_path / "cut")]
+    assert saved == ["step-00000004", "step-00000007"]  # the Ctrl-C checkpoint after 7 steps
+
+    train, _ = loaders(examples, tok, n_train=40)
+    resumed = pretrain(make_model(tok, seed=123), train, None, config,
+                       out_dir=tmp_path / "cut", resume=True)
+    assert resumed.first_step == 7
+    assert resumed.step_losses == pytest.approx(full.step_losses[7:], abs=1e-6)
+    final_a = load_run(tmp_path / "full")[0].state_dict()
+    final_b = load_run(tmp_path / "cut")[0].state_dict()
+    assert all(torch.allclose(final_a[k], final_b[k], atol=1e-6) for k in final_a)
+    assert len(list_checkpoints(tmp_path / "cut")) == 2  # keep_checkpoints
+
+
+def test_checkpoint_survives_a_crash_mid_write(tok, tmp_path, monkeypatch):
+    model = make_model(tok)
+    optimizer = build_optimizer(model, TrainConfig())
+    run = tmp_path / "run"
+    good = save_checkpoint(run / "checkpoints" / "step-00000001", model, optimizer,
+                           state={"step": 1})
+    real_save_file = train_mod.save_file
+
+    def crash(tensors, filename, *args, **kwargs):  # write half a file, then die
+        real_save_file(tensors, filename, *args, **kwargs)
+        with open(filename, "r+b") as f:
+            f.truncate(100)
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(train_mod, "save_file", crash)
+    with torch.no_grad():
+        model.nsp.bias.add_(1.0)
+    with pytest.raises(OSError, match="simulated"):
+        save_checkpoint(run / "checkpoints" / "step-00000002", model, optimizer, state={"step": 2})
+    with pytest.raises(OSError, match="simulated"):  # overwriting in place keeps the old copy too
+        save_checkpoint(good, model, optimizer, state={"step": 1})
+    # A process killed mid-write leaves its hidden temporary folder behind; it never counts.
+    killed = run / "checkpoints" / ".step-00000003.tmp"
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"half a file")
+    assert latest_checkpoint(run) == good
+    fresh = make_model(tok)
+    state = load_checkpoint(good, fresh, build_optimizer(fresh, TrainConfig()))
+    assert state["step"] == 1
+    assert torch.equal(fresh.nsp.bias, model.nsp.bias - 1.0)  # the weights before the crash
+
+    monkeypatch.setattr(train_mod, "save_file", real_save_file)
+    save_checkpoint(run / "checkpoints" / "step-00000002", model, optimizer, state={"step": 2})
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["step-00000001", "step-00000002"]  # the half-written folders are gone
+
+
+def test_checkpoint_holds_tied_weights_once_and_no_pickles(tok, tmp_path):
+    from safetensors import safe_open
+
+    model = make_model(tok)
+    path = save_checkpoint(tmp_path / "ck", model, build_optimizer(model, TrainConfig()),
+                           state={"step": 0})
+    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors",
+                                                      "optimizer.safetensors", "state.json"]
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert sum("word_embeddings" in k for k in keys) == 1
+    assert len(keys) == len(model.state_dict())
+
+
+# ---------------------------------------------------------------------------------------------
+# Stops and errors
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tok, examples,
+                                                                          tmp_path):
+    train, _ = loaders(examples, tok)
+    calls = {"n": 0}
+
+    def poisoned_loss(model, batch, totals):  # the 6th batch (step 5) goes bad
+        calls["n"] += 1
+        loss = pretraining_loss(model, batch, totals)
+        return loss * float("nan") if calls["n"] == 6 else loss
+
+    model = make_model(tok)
+    with pytest.raises(FloatingPointError, match=r"nan at step 5\b.*step-00000004"):
+        train_loop(model, train, quiet(max_steps=10, checkpoint_interval=2),
+                   loss_fn=poisoned_loss, count_fn=pretraining_counts, out_dir=tmp_path / "run")
+    assert latest_checkpoint(tmp_path / "run").name == "step-00000004"
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the update was skipped
+    load_run(tmp_path / "run")  # and the checkpoint still loads
+
+
+def test_huge_learning_rate_is_caught(tok, examples):
+    train, _ = loaders(examples, tok)
+    with pytest.raises(FloatingPointError, match=r"at step \d+"):
+        pretrain(make_model(tok), train, None, quiet(max_steps=30, lr=1e30, grad_clip=None,
+                                                     warmup_fraction=0.0))
+
+
+def test_checkpoint_from_another_vocab_size_names_both(tok, tmp_path):
+    model = make_model(tok)
+    path = save_checkpoint(tmp_path / "ck", model, state={"step": 0})
+    other = BertForPreTraining(BertConfig.from_dict({**model.config.to_dict(), "vocab_size": 700}))
+    with pytest.raises(ValueError, match=r"vocab_size: checkpoint 500 vs model 700"):
+        load_checkpoint(path, other)
+    wider = make_model(tok, hidden=64)
+    with pytest.raises(ValueError, match=r"hidden_size: checkpoint 32 vs model 64"):
+        load_checkpoint(path, wider)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tok, tmp_path):
+    model = make_model(tok)
+    path = save_checkpoint(tmp_path / "ck", model, state={"step": 0})
+    data = (path / "model.safetensors").read_bytes()
+    (path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="corrupt"):
+        load_checkpoint(path, make_model(tok))
+    (path / "state.json").write_text("{not json")
+    with pytest.raises(ValueError, match="corrupt.*state.json"):
+        load_checkpoint(path, make_model(tok))
+    with pytest.raises(ValueError, match="not a bertlab checkpoint"):
+        load_checkpoint(tmp_path, make_model(tok))
+
+
+def test_out_dir_problems(tok, examples, tmp_path):
+    train, _ = loaders(examples, tok)
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=a_file)
+    with pytest.raises(ValueError, match="has no checkpoint"):
+        pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "new",
+                 resume=True)
+    pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "done")
+    with pytest.raises(ValueError, match="already holds checkpoints.*resume=True"):
+        pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "done")
+
+
+def test_loader_batch_must_fit_the_global_batch(tok, examples):
+    train, _ = loaders(examples, tok, batch_size=8)
+    with pytest.raises(ValueError, match="needs 4 per batch"):
+        pretrain(make_model(tok), train, None, quiet(max_steps=1, grad_accum=2))
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"schedule": "step"}, "schedule='step' is not one of"),
+    ({"precision": "fp8"}, "precision='fp8'"),
+    ({"max_steps": None}, "needs a budget"),
+    ({"max_steps": 0}, "max_steps must be a positive integer"),
+    ({"lr": -1.0}, "lr must be a positive number"),
+    ({"batch_size": 10, "grad_accum": 3}, "not divisible by grad_accum=3"),
+    ({"warmup_fraction": 1.5}, r"warmup_fraction must be in \[0, 1\)"),
+    ({"device": "gpu"}, "device='gpu'"),
+    ({"betas": (0.9, 1.5)}, "betas"),
+])
+def test_train_config_rejects_bad_settings(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Using the model
+
+
+def test_fill_mask_ranks_the_vocabulary_at_each_mask(tok):
+    model = make_model(tok)
+    guesses = fill_mask(model, tok, "the [MASK] rose after the [MASK] said so", top_k=4)
+    assert len(guesses) == 2 and all(len(g) == 4 for g in guesses)
+    probs = [p for _, p in guesses[0]]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
+    # The same numbers by hand: softmax of the MLM logits at the first mask.
+    assert model.training  # fill_mask left the mode as it was
+    ids = torch.tensor([tok.encode("the [MASK] rose after the [MASK] said so").ids])
+    with torch.no_grad():
+        logits = model.eval()(ids).mlm_logits[0, 2]
+    top = logits.softmax(-1).topk(4)
+    assert [t for t, _ in guesses[0]] == [tok.id_to_token(int(i)) for i in top.indices]
+    assert probs == pytest.approx(top.values.tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match="has no \\[MASK\\]"):
+        fill_mask(model, tok, "no mask here")
+
+
+def test_unigram_baseline_guesses_the_most_frequent_training_target(tok, examples):
+    train, val = loaders(examples, tok)
+    baseline = unigram_baseline(train, val, max_batches=3)
+    train.set_epoch(0)
+    targets = torch.cat([b["labels"][b["labels"] != -100] for _, b in zip(range(3), train,
+                                                                          strict=False)])
+    assert baseline["token_id"] == int(torch.bincount(targets).argmax())
+    val_targets = torch.cat([b["labels"][b["labels"] != -100] for _, b in zip(range(3), val,
+                                                                              strict=False)])
+    expected = float((val_targets == baseline["token_id"]).float().mean())
+    assert baseline["mlm_accuracy"] == pytest.approx(expected)
+
+
+def test_evaluate_counts_every_target_once(tok, examples):
+    _, val = loaders(examples, tok)
+    model = make_model(tok)
+    metrics = evaluate(model, val, max_batches=2)
+    batches = [b for _, b in zip(range(2), val, strict=False)]
+    targets = sum(int((b["labels"] != -100).sum()) for b in batches)
+    with torch.no_grad():
+        model.eval()
+        correct = sum(int((model(**b).mlm_logits.argmax(-1) == b["labels"][b["labels"] != -100])
+                          .sum()) for b in batches)
+    assert metrics["mlm_accuracy"] == pytest.approx(correct / targets)
+    assert set(metrics) == {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy"}
+
