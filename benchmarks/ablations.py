@@ -10,7 +10,7 @@ where it stopped and a changed setting re-runs only what it changes. The results
 after every cell) holds the exact command, the budget, and every cell's config, seed and metrics.
 
 Budgets: "quick" (tiny model, 64-token pairs, 250 steps: the reduced sweep for a shared
-machine; differences mostly within seed noise), "cpu" (default: tiny model, 128 tokens, 300
+machine; read its differences against seed noise), "cpu" (default: tiny model, 128 tokens, 300
 steps), "gpu" (mini model, 3000 steps, fine-tuning on; sized by estimate for about 1 hour
 on one GPU, not yet measured).
 

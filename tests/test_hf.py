@@ -178,6 +178,12 @@ def test_save_pretrained_loads_in_bertlab_with_the_same_outputs(tmp_path):
     b = ours(**batch, labels=labels, next_sentence_label=nsp)
     torch.testing.assert_close(b.nsp_logits, a.seq_relationship_logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(b.loss, a.loss, atol=1e-6, rtol=1e-6)
+    # A checkpoint split into shards (model.safetensors.index.json) loads the same.
+    theirs.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    sharded = load_hf(tmp_path / "sharded")
+    assert all(torch.equal(x, y) for x, y in
+               zip(ours.state_dict().values(), sharded.state_dict().values(), strict=True))
 
 
 def test_classifier_round_trip_keeps_labels(tmp_path):
