@@ -4,7 +4,8 @@ Usage: python tools/run_notebooks.py notebooks/01_corpus_and_tokenizer.ipynb [..
 
 Each notebook runs in its own kernel from the current environment, with the notebooks/ folder as
 working directory, and is saved without per-cell timing metadata or widget state (both change on
-every run and would make every re-run a diff).
+every run and would make every re-run a diff; widget state is kept while running and removed
+before saving).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def run(path: Path, timeout: int = 900) -> float:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
-        store_widget_state=False,
+        # nbclient's Output-widget capture needs widget state during execution (with False it
+        # raises KeyError); the state is dropped below before saving.
+        store_widget_state=True,
     )
     start = time.perf_counter()
     client.execute()
