@@ -229,7 +229,9 @@ def _pretraining_data(args: argparse.Namespace, per_rank_batch: int, world: int,
                       else len(split_documents(docs)["validation"]) >= 2)
     val = None
     if has_validation:
-        val = pretraining_loader(source, tok, split="validation", shuffle=False, **common)
+        # Shuffled with a fixed order (evaluate pins epoch 0): examples come in document order,
+        # and the first eval_batches of an unshuffled BBC split would all be business news.
+        val = pretraining_loader(source, tok, split="validation", **common)
     else:
         _say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
              f"evaluation")
@@ -419,8 +421,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("3/6 NSP examples + dynamic masking")
     train = pretraining_loader(docs, tok, split="train", batch_size=batch, seed=0,
                                pad_to_multiple_of=8 if gpu else None)
-    val = pretraining_loader(docs, tok, split="validation", batch_size=batch, seed=0,
-                             shuffle=False)
+    # Shuffled in a fixed order (evaluate pins epoch 0), so the evaluated batches mix topics.
+    val = pretraining_loader(docs, tok, split="validation", batch_size=batch, seed=0)
     print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
     config = BertConfig.preset(preset, vocab_size=tok.get_vocab_size())
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))

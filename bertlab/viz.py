@@ -473,7 +473,7 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
         ax_paper.bar(x + (k - (len(paper_metrics) - 1) / 2) * (0.8 / len(paper_metrics)), diffs,
                      0.8 / len(paper_metrics), label=metric)
     for ax, title in ((ax_ours, f"ours (±{z:g} standard errors over seeds)"),
-                      (ax_paper, "paper (one run each, BERT-base/large)")):
+                      (ax_paper, "paper (dev sets, one run each)")):
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xticks(x, names)
         ax.set_ylabel(f"change from {baseline} (points)")
