@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: setup demo test test-unit test-notebooks notebooks lab bench lint clean
+.PHONY: setup demo test test-unit test-notebooks notebooks lab bench results lint clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,17 @@ notebooks: $(STAMP)
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
 
+# Side-by-side speed and quality measurements (minutes each; never part of `make test`).
+BENCHES := tokenizer masking data train_step time_to_quality gpu_throughput
 bench: $(STAMP)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
+
+# The experiments whose saved results the notebooks read (tens of minutes to hours on a CPU;
+# finished cells are cached). Each JSON in benchmarks/results/ records the command that made it.
+results: $(STAMP)
+	$(PY) benchmarks/downstream.py
+	$(PY) benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp --threads 1 --out benchmarks/results/ablations-quick.json
+	$(PY) benchmarks/chinese_wwm.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bertlab tests benchmarks tools
