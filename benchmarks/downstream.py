@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds of the low-label runs")
     parser.add_argument("--labels-per-class", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--epochs", type=float, default=3.0, help="fine-tuning epochs (full data)")
-    parser.add_argument("--lr", type=float, default=2e-4, help="fine-tuning peak learning rate")
-    parser.add_argument("--low-label-steps", type=int, default=40,
+    parser.add_argument("--lr", type=float, default=1e-3, help="fine-tuning peak learning rate")
+    parser.add_argument("--low-label-steps", type=int, default=80,
                         help="optimizer steps of each low-label run (batch 16)")
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                                    ("MLM only", "mlm", args.mlm_run)):
         if reuse is not None:
             models[name] = load_run(reuse)[0].eval()
-            pretraining[name] = {"objective": objective, "reused": str(reuse)}
+            history = json.loads((reuse / "history.json").read_text())
+            pretraining[name] = {"objective": objective, "reused": str(reuse),
+                                 "steps": history[-1]["step"], "final": history[-1]}
         else:
             out_dir = args.keep_runs / objective.replace("+", "-") if args.keep_runs else None
             models[name], pretraining[name] = pretrain_tiny(objective, train, val, tok, args,

@@ -555,7 +555,7 @@ class FinetuneConfig:
     epochs: float = 4.0
     min_steps: int = 60
     batch_size: int = 32
-    lr: float = 2e-4
+    lr: float = 1e-3  # tiny/mini presets; BERT-base fine-tunes at 2e-5 to 5e-5
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     max_seq_len: int = 128
