@@ -317,10 +317,17 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
          f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device {device}, "
          f"{world} process(es)")
-    result = pretrain(model, train, val, config, out_dir=out, resume=args.resume)
-    _say(_history_table(result.history))
-    _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} min "
-         f"(stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+    try:
+        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume)
+        _say(_history_table(result.history))
+        _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
+             f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+    finally:
+        if world > 1:
+            # Leave together and close the group: a process that exits while gloo's threads are
+            # still up can abort ("terminate called without an active exception").
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
     return 0
 
 
