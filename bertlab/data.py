@@ -14,6 +14,7 @@ Taught in notebooks/03_nsp_data.ipynb.
 from __future__ import annotations
 
 import json
+import math
 import random
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -243,6 +244,31 @@ class EpochShuffleSampler(Sampler[int]):
         return iter(torch.randperm(self.n, generator=g).tolist())
 
 
+class ShardedEpochSampler(DistributedSampler):
+    """This process's share of `EpochShuffleSampler`'s order, for DDP (what
+    `sampler="distributed"` builds).
+
+    Rank r takes positions r, r + world, r + 2 world, ... of the single-process order, so with a
+    per-rank batch of b the ranks' k-th batches together are exactly the single-process k-th
+    batch of b x world: one process and N processes see the same global batches. As in
+    `DistributedSampler`, the order is padded by wrapping around (or cut, with `drop_last`) so
+    every rank gets the same number of examples.
+    """
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)
+        order = list(range(n))
+        if self.shuffle:
+            single = EpochShuffleSampler(n, self.seed)
+            single.set_epoch(self.epoch)
+            order = list(single)
+        if self.drop_last:
+            order = order[: self.total_size]
+        else:
+            order += (order * math.ceil(self.total_size / n))[: self.total_size - n]
+        return iter(order[self.rank : self.total_size : self.num_replicas])
+
+
 class PretrainingLoader(DataLoader):
     """A DataLoader whose passes move the epoch on: new masks (dynamic) and a new order each pass.
 
@@ -304,8 +330,8 @@ def pretraining_loader(
     whole_word, per_word_decision).
 
     Order: `shuffle` uses a (seed, epoch) permutation; `sampler` replaces it: a Sampler, a
-    function dataset -> Sampler, or "distributed" for a `DistributedSampler(dataset,
-    shuffle=shuffle, seed=seed, drop_last=drop_last)` under torchrun. Each pass over the loader
+    function dataset -> Sampler, or "distributed" under torchrun for a `ShardedEpochSampler`
+    (this rank's share of the same order, so N processes see one process's global batches). Each pass over the loader
     moves to the next epoch; `loader.set_epoch(e)` chooses it (do that when resuming).
 
     Taught in notebooks/03_nsp_data.ipynb.
@@ -355,7 +381,7 @@ def pretraining_loader(
         **mask_options,
     )
     if sampler == "distributed":
-        sampler = DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        sampler = ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
     elif isinstance(sampler, str):
         raise ValueError(f"sampler={sampler!r}; pass a Sampler, a function, 'distributed' or None")
     elif callable(sampler) and not isinstance(sampler, Sampler):

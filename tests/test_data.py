@@ -17,6 +17,7 @@ from bertlab.data import (
     NspDataset,
     PretrainingCollator,
     ShardDataset,
+    ShardedEpochSampler,
     StreamingNspBuilder,
     iter_documents,
     prepare_command,
@@ -318,3 +319,22 @@ def test_prepare_command_trains_or_loads_a_tokenizer_and_saves_it(setup, tmp_pat
     saved = bl.save_tokenizer(tok, tmp_path / "tok.json")
     summary = prepare_command(corpus, tmp_path / "given", saved, max_seq_len=32, splits=None)
     assert bl.load_tokenizer(summary["tokenizer"]).get_vocab() == tok.get_vocab()
+
+
+def test_sharded_sampler_splits_the_single_process_order(setup):
+    # Two ranks with batch 4 see, batch by batch, exactly the examples of one process with
+    # batch 8 (the default shuffled order), epoch after epoch.
+    tok, _, examples = setup
+    single = pretraining_loader(examples, tok, split=None, batch_size=8, seed=5)
+    ranks = [pretraining_loader(examples, tok, split=None, batch_size=4, seed=5,
+                                sampler=lambda ds, r=r: ShardedEpochSampler(
+                                    ds, num_replicas=2, rank=r, seed=5))
+             for r in (0, 1)]
+    for epoch in (0, 2):
+        for loader in (single, *ranks):
+            loader.set_epoch(epoch)
+        want = [sorted(masked_rows(b)) for b in single]
+        per_rank = [list(loader) for loader in ranks]
+        got = [sorted(masked_rows(a) + masked_rows(b)) for a, b in zip(*per_rank, strict=False)]
+        n = len(examples) // 8  # full batches (the last, partial one is padded differently)
+        assert got[:n] == want[:n]

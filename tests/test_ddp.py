@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.utils.data import DistributedSampler
 
 GLOBAL_BATCH = 8
 STEPS = 6
@@ -37,18 +36,19 @@ def _data():
 
 def _run(rank: int, world: int, out: str, tok, examples) -> list[float]:
     """Train a tiny model for STEPS steps on `world` processes; return rank's step losses."""
-    from bertlab.data import pretraining_loader
+    from bertlab.data import ShardedEpochSampler, pretraining_loader
     from bertlab.model import BertConfig, BertForPreTraining
     from bertlab.train import TrainConfig, pretrain
 
     torch.set_num_threads(1)
 
-    # One replica of DistributedSampler is the single-process order the two ranks split.
+    # One process uses the loader's default order; the ranks split that same order (what
+    # sampler="distributed" builds under torchrun).
     def sampler(dataset):
-        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
+        return ShardedEpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
 
     train = pretraining_loader(examples, tok, split=None, batch_size=GLOBAL_BATCH // world,
-                               seed=0, sampler=sampler)
+                               seed=0, sampler=sampler if world > 1 else None)
     # Dropout off: each process has its own dropout stream, so with dropout the runs would
     # differ by design.
     config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), hidden_size=32,
