@@ -364,8 +364,14 @@ def _check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: tor
 
 
 def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    if attention_mask is None:
+        return None
+    if torch.compiler.is_compiling():
+        # Under torch.compile, no data-dependent branches (each would split the graph): the
+        # mask is always applied and the all-padding check below is skipped.
+        return attention_mask.bool()[:, None, None, :]
     # No padding -> no mask at all, so SDPA can take its unmasked fast path.
-    if attention_mask is None or bool(attention_mask.all()):
+    if bool(attention_mask.all()):
         return None
     mask = attention_mask.bool()
     if not bool(mask.any(dim=1).all()):
@@ -455,11 +461,11 @@ class MaskedLMHead(nn.Module):
 
 
 def _mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    # With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711). We return a
-    # zero that is still attached to the graph, so backward() works and adds nothing.
-    if not bool((labels != IGNORE_INDEX).any()):
-        return logits.sum() * 0.0
-    return F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX)
+    # With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711). Sum over
+    # max(count, 1) gives 0 instead, still attached to the graph so backward() works, and
+    # without a data-dependent branch (which would split a torch.compile graph).
+    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
 
 class BertForPreTraining(nn.Module):

@@ -825,6 +825,9 @@ def train_loop(
         train_model: nn.Module = model
         use_compile = device.type == "cuda" if config.compile is None else config.compile
         if use_compile:
+            # The sparse MLM head gathers the masked positions (nonzero): a shape that depends on
+            # the data. Let dynamo trace it, so the whole forward stays one graph.
+            torch._dynamo.config.capture_dynamic_output_shape_ops = True
             train_model = torch.compile(train_model)
         ddp = None
         if world > 1:

@@ -281,3 +281,23 @@ def test_bad_inputs_get_clear_errors():
         model(torch.ones(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="no real token"):
         model(ids, attention_mask=torch.zeros_like(ids))
+
+
+def test_forward_is_one_graph_under_torch_compile():
+    # No data-dependent Python branches in the training forward: torch.compile (on for CUDA)
+    # traces it as one graph, with padding and a variable number of MLM targets.
+    import torch._dynamo as dynamo
+
+    config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2)
+    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(5, 300, (3, 16), generator=torch.Generator().manual_seed(1))
+    attention = torch.ones_like(ids)
+    attention[1, 10:] = 0
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 2] = ids[:, 2]
+    with dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        dynamo.reset()
+        explained = dynamo.explain(model)(ids, attention, torch.zeros_like(ids), labels,
+                                          torch.tensor([0, 1, 0]))
+    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+    assert explained.graph_count == 1
