@@ -3,7 +3,7 @@
 One run, on CPU by default, measures side by side:
 
 1. Pretraining: a tiny BERT pretrained with MLM + NSP, and the same model (same init, same
-   batches) pretrained with MLM only (`bertlab.finetune.mlm_only_loss`), both for the demo's
+   batches) pretrained with MLM only (`bertlab.pretrain(..., nsp=False)`), both for the demo's
    budget (`--pretrain-steps`; the demo trains ~4 minutes at lr 1e-3, batch 32).
 2. Linear probes on frozen [CLS] vectors (pooled output and raw hidden state) for: random init,
    MLM-only, MLM + NSP; beside each, its NSP accuracy on held-out pairs.
@@ -40,13 +40,12 @@ from bertlab.finetune import (
     format_table,
     from_scratch,
     linear_probe,
-    mlm_only_loss,
     summarize,
     tfidf_baseline,
 )
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import train_tokenizer
-from bertlab.train import TrainConfig, evaluate, load_run, pretrain, pretraining_counts, train_loop
+from bertlab.train import TrainConfig, evaluate, load_run, pretrain
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -60,12 +59,7 @@ def pretrain_tiny(objective: str, train, val, tok, args,
                                eval_interval=10**9, eval_batches=10, checkpoint_interval=None,
                                progress=False, log_interval=50, device=args.device)
     start = time.perf_counter()
-    if objective == "mlm+nsp":
-        run = pretrain(model, train, val, train_config, out_dir=out_dir)
-    else:
-        run = train_loop(model, train, train_config, loss_fn=mlm_only_loss,
-                         count_fn=pretraining_counts, eval_fn=evaluate, val_loader=val,
-                         out_dir=out_dir)
+    run = pretrain(model, train, val, train_config, out_dir=out_dir, nsp=objective == "mlm+nsp")
     if out_dir is not None:
         tok.save(str(out_dir / "tokenizer.json"))
     summary = {"objective": objective, "steps": run.steps, "seconds": time.perf_counter() - start,

@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
     p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--no-nsp", dest="nsp", action="store_false",
+                   help="train the masked-LM loss only (RoBERTa's choice; the NSP head and "
+                        "pooler stay untrained)")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
                    "folder's, or one trained on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer (default: 8192)")
@@ -318,7 +321,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
          f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device {device}, "
          f"{world} process(es)")
     try:
-        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume)
+        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
+                          nsp=args.nsp)
         _say(_history_table(result.history))
         _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
              f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")

@@ -321,16 +321,14 @@ class _Data:
 
 def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
     from bertlab.data import pretraining_loader
-    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe, mlm_only_loss
+    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe
     from bertlab.model import BertConfig, BertForPreTraining
     from bertlab.train import (
         TrainConfig,
         evaluate,
-        pretraining_counts,
-        pretraining_loss,
+        pretrain,
         resolve_device,
         resolve_precision,
-        train_loop,
     )
 
     b, s = cell.budget, cell.settings()
@@ -346,9 +344,8 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
         max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr, eval_interval=b.max_steps,
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
         log_interval=0, progress=False)
-    loss_fn = pretraining_loss if s["nsp"] else mlm_only_loss
     start = time.perf_counter()
-    run = train_loop(model, loader, train_config, loss_fn=loss_fn, count_fn=pretraining_counts)
+    run = pretrain(model, loader, None, train_config, nsp=s["nsp"])
     train_seconds = time.perf_counter() - start
 
     device = resolve_device(b.device)

@@ -608,24 +608,6 @@ def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor],
     return loss / max(totals["sequences"], 1.0)
 
 
-def mlm_only_loss(model: nn.Module, batch: dict[str, torch.Tensor],
-                  totals: dict[str, float]) -> torch.Tensor:
-    """Return the masked-LM part of the pretraining loss only (NSP labels are ignored).
-
-    For the "MLM-only" ablation: `train_loop(model, loader, config, loss_fn=mlm_only_loss,
-    count_fn=bertlab.train.pretraining_counts)`. No gradient then reaches the pooler or the NSP
-    head, and the last layer's [CLS] vector is never read by any loss.
-
-    Taught in notebooks/06_cls_and_downstream.ipynb
-    """
-    inputs = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-    out = model(**inputs)
-    labels = batch["labels"]
-    targets = labels[labels != IGNORE_INDEX]  # row-major: the order of out.mlm_logits' rows
-    mlm = nn.functional.cross_entropy(out.mlm_logits.float(), targets, reduction="sum")
-    return mlm / max(totals["targets"], 1.0)
-
-
 def _as_classifier(source: nn.Module | BertConfig | str | Path, num_labels: int,
                    generator: torch.Generator) -> tuple[BertForSequenceClassification, str]:
     """Return a fresh classifier whose encoder is copied from `source` (random for a config)."""

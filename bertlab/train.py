@@ -74,7 +74,8 @@ class TrainConfig:
     betas: tuple[float, float] = _setting((0.9, 0.999), "AdamW betas")
     eps: float = _setting(1e-6, "AdamW epsilon")
     grad_clip: float | None = _setting(1.0, "max global gradient norm (None: no clipping)")
-    eval_interval: int = _setting(100, "steps between evaluations (also at step 0 and the end)")
+    eval_interval: int | None = _setting(100, "steps between evaluations (also at step 0 and the "
+                                               "end; None: only there)")
     eval_batches: int = _setting(20, "validation batches per evaluation")
     checkpoint_interval: int | None = _setting(500, "steps between checkpoints (also at the end; "
                                                     "None: only at the end)")
@@ -134,7 +135,7 @@ def _check_positive(config: TrainConfig, *names: str, integer: bool) -> None:
     for name in names:
         value = getattr(config, name)
         if value is None and name in ("max_steps", "max_minutes", "checkpoint_interval",
-                                      "grad_clip"):
+                                      "grad_clip", "eval_interval"):
             continue
         ok = not isinstance(value, bool) and (
             isinstance(value, int) if integer else isinstance(value, (int, float))
@@ -317,6 +318,23 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float]) -
     mlm = F.cross_entropy(out.mlm_logits.float(), targets, reduction="sum")
     nsp = F.cross_entropy(out.nsp_logits.float(), batch["next_sentence_label"], reduction="sum")
     return mlm / max(totals["targets"], 1.0) + nsp / max(totals["sequences"], 1.0)
+
+
+def mlm_only_loss(model: nn.Module, batch: Batch, totals: dict[str, float]) -> torch.Tensor:
+    """Return the masked-LM part of `pretraining_loss` only: the objective without NSP.
+
+    What `pretrain(..., nsp=False)` trains (RoBERTa's choice, and the "MLM only" ablation). No
+    gradient then reaches the pooler or the NSP head, and no loss reads the last layer's [CLS]
+    vector.
+
+    Taught in notebooks/06_cls_and_downstream.ipynb
+    """
+    inputs = {k: v for k, v in batch.items() if k != "next_sentence_label"}
+    out = model(**inputs)
+    labels = batch["labels"]
+    targets = labels[labels != IGNORE_INDEX]  # row-major: the order of out.mlm_logits' rows
+    mlm = F.cross_entropy(out.mlm_logits.float(), targets, reduction="sum")
+    return mlm / max(totals["targets"], 1.0)
 
 
 def _to_device(batch: Batch, device: torch.device) -> Batch:
@@ -948,7 +966,8 @@ def train_loop(
                               f"tokens/s {rate:.0f}", flush=True)
                 bar.update(1 if by_steps else round(time.perf_counter() - clock) - bar.n)
                 at_end = config.max_steps is not None and s["step"] >= config.max_steps
-                if is_main and (s["step"] % config.eval_interval == 0 or at_end):
+                due = config.eval_interval and s["step"] % config.eval_interval == 0
+                if is_main and (due or at_end):
                     run_eval()
                 if config.checkpoint_interval and s["step"] % config.checkpoint_interval == 0:
                     checkpoint = save(position, rng)
@@ -976,17 +995,20 @@ def train_loop(
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterable[Batch] | None,
              config: TrainConfig, out_dir: str | Path | None = None,
-             resume: bool = False) -> TrainResult:
-    """Return a `TrainResult` after pretraining `model` (MLM + NSP) with `config`.
+             resume: bool = False, nsp: bool = True) -> TrainResult:
+    """Return a `TrainResult` after pretraining `model` (MLM + NSP; MLM only with `nsp=False`)
+    with `config`.
 
     `train_loader`/`val_loader` yield dicts with input_ids, token_type_ids, attention_mask,
     labels and next_sentence_label (bertlab.pretraining_loader). Evaluates on `val_loader` at
     step 0, every `eval_interval` steps and at the end; see `train_loop` for checkpoints, resume,
-    DDP and errors.
+    DDP and errors. With `nsp=False` the NSP head gets no gradient: the history still reports its
+    accuracy, which then stays near chance.
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    return train_loop(model, train_loader, config, loss_fn=pretraining_loss,
+    return train_loop(model, train_loader, config,
+                      loss_fn=pretraining_loss if nsp else mlm_only_loss,
                       count_fn=pretraining_counts, eval_fn=evaluate, val_loader=val_loader,
                       out_dir=out_dir, resume=resume)
 

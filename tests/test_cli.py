@@ -88,6 +88,15 @@ def test_time_budget_flag(corpus, tmp_path, capsys):
     assert "stopped by max_minutes" in capsys.readouterr().out
 
 
+def test_mlm_only_pretraining_and_evaluation_only_at_the_ends(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
+                 *SMALL, "--no-nsp", "--eval-interval", "none"]) == 0
+    assert "done: 4 steps" in capsys.readouterr().out
+    assert json.loads((run / "run.json").read_text())["args"]["nsp"] is False
+    assert [row["step"] for row in json.loads((run / "history.json").read_text())] == [0, 4]
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--batch-size", "7", "--grad-accum", "2"], "not divisible by grad_accum=2"),

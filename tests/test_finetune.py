@@ -22,7 +22,6 @@ from bertlab.finetune import (
     from_scratch,
     linear_probe,
     load_task,
-    mlm_only_loss,
     pad_batch,
     sample_per_class,
     summarize,
@@ -245,25 +244,7 @@ def test_unknown_task_and_bad_settings_are_refused(corpus, tok):
 
 
 # ---------------------------------------------------------------------------------------------
-# MLM-only pretraining and export
-
-
-def test_mlm_only_loss_ignores_nsp_and_leaves_the_pooler_untrained(small_config):
-    model = BertForPreTraining(small_config, generator=torch.Generator().manual_seed(0)).eval()
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(5, small_config.vocab_size, (4, 12), generator=g)
-    labels = torch.full_like(input_ids, -100)
-    labels[:, 3] = input_ids[:, 3]
-    batch = {"input_ids": input_ids, "token_type_ids": torch.zeros_like(input_ids),
-             "attention_mask": torch.ones_like(input_ids), "labels": labels,
-             "next_sentence_label": torch.tensor([0, 1, 0, 1])}
-    loss = mlm_only_loss(model, batch, {"targets": 4.0, "sequences": 4.0})
-    reference = model(input_ids, labels=labels)
-    assert reference.nsp_loss is None
-    torch.testing.assert_close(loss, reference.mlm_loss)
-    loss.backward()
-    assert model.bert.pooler.weight.grad is None and model.nsp.weight.grad is None
-    assert model.bert.layers[0].ffn_in.weight.grad is not None
+# Export
 
 
 def test_classifier_exports_to_transformers_with_equal_logits(corpus, tok, small_config, tmp_path):

@@ -24,6 +24,7 @@ from bertlab.train import (
     load_checkpoint,
     load_run,
     lr_at,
+    mlm_only_loss,
     pretrain,
     pretraining_counts,
     pretraining_loss,
@@ -116,6 +117,31 @@ def test_few_steps_reduce_the_held_out_loss(tok, examples, tmp_path):
     assert [row["step"] for row in on_disk] == [0, 20, 40]
     csv_lines = (tmp_path / "run" / "history.csv").read_text().strip().splitlines()
     assert len(csv_lines) == 4 and csv_lines[0].startswith("step,tokens")
+
+
+def test_mlm_only_loss_ignores_nsp_and_leaves_the_pooler_untrained(tok, examples):
+    train, _ = loaders(examples, tok)
+    batch = next(iter(train))
+    model = make_model(tok, dropout=0.0)
+    loss = mlm_only_loss(model, batch, pretraining_counts(batch))
+    reference = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                      labels=batch["labels"])
+    assert reference.nsp_loss is None
+    torch.testing.assert_close(loss, reference.mlm_loss)
+    loss.backward()
+    assert model.bert.pooler.weight.grad is None and model.nsp.weight.grad is None
+    assert model.bert.layers[0].ffn_in.weight.grad is not None
+
+
+def test_pretrain_without_nsp_and_evaluating_only_at_the_ends(tok, examples):
+    train, val = loaders(examples, tok)
+    model = make_model(tok)
+    nsp_head = model.nsp.weight.detach().clone()
+    result = pretrain(model, train, val, quiet(max_steps=12, lr=5e-3, eval_interval=None),
+                      nsp=False)
+    assert [row["step"] for row in result.history] == [0, 12]
+    assert result.history[-1]["val_mlm_loss"] < result.history[0]["val_mlm_loss"]
+    assert torch.equal(model.nsp.weight, nsp_head)  # no gradient, so AdamW left it alone
 
 
 def test_pretraining_loss_matches_the_models_own_mean_loss(tok, examples):
