@@ -56,7 +56,7 @@ def pretrain_tiny(objective: str, train, val, tok, args,
     config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size())
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
     train_config = TrainConfig(max_steps=args.pretrain_steps, batch_size=32, lr=args.pretrain_lr,
-                               eval_interval=10**9, eval_batches=10, checkpoint_interval=None,
+                               eval_interval=None, eval_batches=10, checkpoint_interval=None,
                                progress=False, log_interval=50, device=args.device)
     start = time.perf_counter()
     run = pretrain(model, train, val, train_config, out_dir=out_dir, nsp=objective == "mlm+nsp")
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     # Every run sees the same NSP pairs and masks: the loaders are functions of (seed, epoch).
     train = pretraining_loader(docs, tok, split="train", batch_size=32, max_seq_len=128, seed=0)
     val = pretraining_loader(docs, tok, split="validation", batch_size=32, max_seq_len=128,
-                             seed=0, shuffle=False)
+                             seed=0)  # a fixed shuffled order: every topic in each eval
     for name, objective, reuse in (("MLM + NSP", "mlm+nsp", args.nsp_run),
                                    ("MLM only", "mlm", args.mlm_run)):
         if reuse is not None:

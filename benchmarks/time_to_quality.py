@@ -122,9 +122,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=2e-3)  # the demo's tiny-model rate
     parser.add_argument("--eval-interval", type=int, default=50)
-    parser.add_argument("--eval-batches", type=int, default=10)
+    parser.add_argument("--eval-batches", type=int, default=20)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"
                                              / "time_to_quality.json"))
     args = parser.parse_args()
@@ -136,7 +136,7 @@ def main() -> None:
         train = pretraining_loader(docs, tok, split="train", batch_size=args.batch_size,
                                    max_seq_len=args.max_seq_len, seed=0)
         val = pretraining_loader(docs, tok, split="validation", batch_size=args.batch_size,
-                                 max_seq_len=args.max_seq_len, seed=0, shuffle=False)
+                                 max_seq_len=args.max_seq_len, seed=0)
         return train, val
 
     config = TrainConfig(max_steps=None, max_minutes=args.minutes, batch_size=args.batch_size,

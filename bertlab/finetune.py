@@ -586,7 +586,7 @@ class FinetuneConfig:
         return TrainConfig(
             max_steps=self.steps_for(num_examples), batch_size=min(self.batch_size, num_examples),
             lr=self.lr, warmup_fraction=self.warmup_fraction, weight_decay=self.weight_decay,
-            eval_interval=10**9, checkpoint_interval=None, device=self.device,
+            eval_interval=None, checkpoint_interval=None, device=self.device,
             precision=self.precision, seed=self.seed, progress=self.progress, log_interval=0,
         )
 

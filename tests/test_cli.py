@@ -131,3 +131,19 @@ def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):
     assert main(["export-hf", str(tmp_path), str(tmp_path / "hf")]) == 2
     assert "has no checkpoint" in capsys.readouterr().err
 
+
+
+def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsys):
+    # The main job at a toy budget: every stage runs, the table and the files are written.
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "0.05",
+                 "--finetune-epochs", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "7/7 downstream" in out
+    for method in ("fine-tuned", "linear probe", "TF-IDF", "from scratch"):
+        assert method in out
+    results = json.loads((tmp_path / "demo" / "results.json").read_text())
+    methods = sorted(r["method"] for r in results["downstream"])
+    assert len(methods) == 4 and [m.split()[0] for m in methods] == [
+        "TF-IDF", "fine-tuned", "from", "linear"]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in results["downstream"])
+    assert (tmp_path / "demo" / "curves.png").is_file()
