@@ -21,6 +21,16 @@ from bertlab.data import (
     prepare_shards,
     pretraining_loader,
 )
+from bertlab.finetune import (
+    ClassificationResult,
+    FinetuneConfig,
+    compare_downstream,
+    finetune_classifier,
+    format_table,
+    from_scratch,
+    linear_probe,
+    tfidf_baseline,
+)
 from bertlab.hf import load_hf, load_hf_tokenizer, save_hf
 from bertlab.masking import (
     IGNORE_INDEX,
@@ -58,7 +68,9 @@ from bertlab.train import (
     fill_mask,
     load_checkpoint,
     load_run,
+    mlm_only_loss,
     pretrain,
+    pretraining_loss,
     save_checkpoint,
     train_loop,
     unigram_baseline,
@@ -77,7 +89,10 @@ __all__ = [
     "NspDataset", "PretrainingCollator", "ShardDataset", "prepare_shards", "pretraining_loader",
     "BertConfig", "BertForPreTraining", "BertForSequenceClassification", "BertModel",
     "count_parameters", "flops_per_token", "parameter_table",
+    "ClassificationResult", "FinetuneConfig", "compare_downstream", "finetune_classifier",
+    "format_table", "from_scratch", "linear_probe", "tfidf_baseline",
     "load_hf", "load_hf_tokenizer", "save_hf",
     "TrainConfig", "TrainResult", "evaluate", "fill_mask", "load_checkpoint", "load_run",
-    "pretrain", "save_checkpoint", "train_loop", "unigram_baseline",
+    "mlm_only_loss", "pretrain", "pretraining_loss", "save_checkpoint", "train_loop",
+    "unigram_baseline",
 ]

@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", metavar="METHOD",
                    default=["fine-tuned", "linear-probe", "tf-idf", "from-scratch"],
                    help="any of fine-tuned linear-probe tf-idf from-scratch (default: all)")
-    p.add_argument("--epochs", type=float, default=4.0, help="passes over the training set "
-                   "(default: 4)")
+    p.add_argument("--epochs", type=float, default=10.0, help="passes over the training set "
+                   "(default: 10)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3, "
                    "for the tiny and mini presets; use 2e-5 to 5e-5 for BERT-base)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32)")
