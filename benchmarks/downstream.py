@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     docs = load_corpus("bbc")
     labels = [d.label for d in docs]
     tok = train_tokenizer(docs, vocab_size=8192)
-    print(f"BBC: {len(docs)} documents; {args.preset}, {args.pretrain_steps} pretraining steps, "
+    budget = ("reusing " + ", ".join(str(p) for p in (args.nsp_run, args.mlm_run) if p)
+              if args.nsp_run or args.mlm_run else f"{args.pretrain_steps} pretraining steps")
+    print(f"BBC: {len(docs)} documents; {args.preset}, {budget}, "
           f"{torch.get_num_threads()} threads", flush=True)
 
     # 1. Pretraining: MLM + NSP and MLM only, same init and batches.
