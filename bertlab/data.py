@@ -331,8 +331,9 @@ def pretraining_loader(
 
     Order: `shuffle` uses a (seed, epoch) permutation; `sampler` replaces it: a Sampler, a
     function dataset -> Sampler, or "distributed" under torchrun for a `ShardedEpochSampler`
-    (this rank's share of the same order, so N processes see one process's global batches). Each pass over the loader
-    moves to the next epoch; `loader.set_epoch(e)` chooses it (do that when resuming).
+    (this rank's share of the same order, so N processes see one process's global batches).
+    Each pass over the loader moves to the next epoch; `loader.set_epoch(e)` chooses it (do
+    that when resuming).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
