@@ -21,14 +21,12 @@ Usage: python benchmarks/chinese_wwm.py [--steps 400] [--seeds 0 1] [--per-class
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
+from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 from bertlab.corpus import load_corpus, split_documents
 from bertlab.finetune import FinetuneConfig, finetune_classifier
@@ -127,17 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - start
     print(f"total {total / 60:.1f} min")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": "python benchmarks/chinese_wwm.py " + " ".join(sys.argv[1:] if argv is None
-                                                                  else argv),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "total_seconds": round(total, 1), "rows": rows, "medians": medians,
-    }
-    args.out.write_text(json.dumps(record, indent=1))
-    print(f"written: {args.out}")
+    write_record("chinese_wwm.py", args, argv, args.out, total_seconds=round(total, 1),
+                 rows=rows, medians=medians)
     return 0
 
 

@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
 from pathlib import Path
 
 import torch
+from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
@@ -254,18 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     print("\ntimings (min): " + ", ".join(f"{k} {v / 60:.1f}" for k, v in timings.items()))
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "command": "python benchmarks/downstream.py " + " ".join(sys.argv[1:] if argv is None
-                                                                  else argv),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "torch": torch.__version__, "threads": torch.get_num_threads()},
-        "timings_s": timings, "pretraining": pretraining, "probes": probes,
-        "summary": rows, "checks": checks, "results": [r.to_dict() for r in results],
-    }
-    args.out.write_text(json.dumps(record, indent=1))
-    print(f"written: {args.out}")
+    write_record("downstream.py", args, argv, args.out, timings_s=timings,
+                 pretraining=pretraining, probes=probes, summary=rows, checks=checks,
+                 results=[r.to_dict() for r in results])
     return 0
 
 

@@ -1,0 +1,31 @@
+"""Writing a benchmark's results file: the exact command, its settings and the machine, then
+whatever the benchmark measured. Shared by the scripts in this folder (run as
+`python benchmarks/NAME.py`, so this module is importable as `_record`)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from argparse import Namespace
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: Path,
+                 **measured: Any) -> None:
+    """Write `measured` to `out` as JSON, after the command that produced it and the machine."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None
+                                                              else argv),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "machine": {"platform": platform.platform(), "processor": platform.processor(),
+                    "torch": torch.__version__, "threads": torch.get_num_threads()},
+        **measured,
+    }
+    out.write_text(json.dumps(record, indent=1))
+    print(f"written: {out}")
