@@ -11,13 +11,15 @@ after every cell) holds the exact command, the budget, and every cell's config, 
 
 Budgets: "quick" (tiny model, 64-token pairs, 250 steps: the reduced sweep for a shared
 machine; read its differences against seed noise), "cpu" (default: tiny model, 128 tokens, 300
-steps), "gpu" (mini model, 3000 steps, fine-tuning on; sized by estimate for about 1 hour
-on one GPU, not yet measured).
+steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, fine-tuning on: the smallest budget that
+leaves the word-frequency phase; ~8 min per run on one core), "gpu" (mini model, 3000 steps,
+fine-tuning on; sized by estimate for about 1 hour on one GPU, not yet measured).
 
 Usage:
   python benchmarks/ablations.py                                   # cpu budget, all groups, 3 seeds
   python benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp \\
       --threads 1 --out benchmarks/results/ablations-quick.json
+  python benchmarks/ablations.py --budget cpu-long --seeds 0 1 --jobs 2 --threads 1
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from bertlab.experiments import (
     PAPER_MASKING,
     PAPER_NSP,
     ablation_grid,
+    cell_key,
     compare_to_baseline,
     format_summary,
     run_grid,
@@ -63,6 +66,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="results file (default benchmarks/results/ablations-<budget>.json)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (1 is fastest on a machine shared with other jobs)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="cells run at once, in worker processes of --threads threads each "
+                        "(default 1; on a 2-core machine, --jobs 2 --threads 1 halves the wall "
+                        "clock)")
     p.add_argument("--force", action="store_true", help="re-run cells even if cached")
     return p.parse_args(argv)
 
@@ -90,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *(argv or sys.argv[1:])])
     started, clock = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     records: list[dict] = []
+    distinct = len({cell_key(c) for c in cells})
     print(f"{len(cells)} cells ({len({c.name for c in cells})} variants x {len(args.seeds)} seeds), "
           f"budget {budget.name}: {budget.to_dict()}", flush=True)
 
@@ -100,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             "budget": budget.to_dict(),
             "groups": args.groups,
             "seeds": args.seeds,
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads() if args.jobs == 1 else args.threads or 1,
+            "jobs": args.jobs,
             "started": started,
             "wall_s": round(time.perf_counter() - clock, 1),
             "complete": complete,
@@ -120,13 +129,14 @@ def main(argv: list[str] | None = None) -> int:
         m, c = record["metrics"], record["cell"]
         probe = "-" if m["probe_accuracy"] is None else f"{100 * m['probe_accuracy']:.1f}"
         how = "cached" if record["cached"] else f"ran {record['elapsed_s']:.0f}s"
-        print(f"[{len(records)}/{len(cells)}] {c['group']:<18} {c['name']:<10} seed {c['seed']} "
+        print(f"[{len(records)}/{distinct}] {c['group']:<18} {c['name']:<10} seed {c['seed']} "
               f"{how}: "
               f"mlm {100 * m['mlm_accuracy']:.1f} no-mask {100 * m['mlm_accuracy_no_mask']:.1f} "
               f"nsp {100 * m['nsp_accuracy']:.1f} probe {probe}", flush=True)
         save(complete=False)
 
-    run_grid(cells, args.cache_dir, force=args.force, on_record=on_record)
+    records[:] = run_grid(cells, args.cache_dir, force=args.force, on_record=on_record,
+                          jobs=args.jobs, threads=args.threads or 1)
     save(complete=True)
     rows, verdicts = summary_with_verdicts(records, args.groups)
     print()

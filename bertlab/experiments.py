@@ -17,7 +17,8 @@ Measurements of a cell (all on held-out data, the same validation masks for ever
 - `nsp_accuracy`: next-sentence prediction (chance is 0.5; MLM-only runs never train the head);
 - `probe_accuracy` / `probe_accuracy_cls`: logistic regression on the frozen pooled / raw [CLS]
   vector for the BBC topic (BERT's "feature-based" column);
-- `finetune_accuracy`: the whole encoder fine-tuned on BBC topics (when the budget asks for it).
+- `finetune_accuracy`: the whole encoder fine-tuned on BBC topics (when the budget asks for it);
+- `curve`: held-out MLM and NSP accuracy at 9 points of the run (a few batches each).
 
 Taught in notebooks/07_ablations_and_insights.ipynb
 """
@@ -168,11 +169,19 @@ class Budget:
 # Named budgets. "quick": the reduced sweep for a shared machine (64-token pairs; measured about
 # 2.3 min per run with 1 thread on a 2-core machine shared with ~4 other jobs). "cpu", the default:
 # 128-token pairs, 300 steps; the full grid (10 distinct runs x 3 seeds) is estimated at 45-60 min
-# on 2 idle cores, from the single-thread step time measured under load. "gpu": a mini model with
-# fine-tuning, sized for about 1 hour on one GPU by estimate; not yet measured on one.
+# on 2 idle cores, from the single-thread step time measured under load. Both end inside the
+# phase where a tiny model predicts frequent words (held-out MLM accuracy near the unigram
+# guess), so they show the machinery, not the effects. "cpu-long": the smallest budget measured
+# to leave that phase: 64-token pairs, 4,000 steps at lr 2e-3 without dropout (MLM-only, one
+# thread: 0.139 at step 2,000, 0.175 at 3,500), with fine-tuning; about 8 min per run on one
+# core, so 10 variants x 2 seeds take ~80 min with --jobs 2 (x 3 seeds: ~2 h). "gpu": a mini
+# model with fine-tuning, sized for about 1 hour on one GPU by estimate; not yet measured on one.
 BUDGETS: dict[str, Budget] = {
     "quick": Budget(name="quick", max_seq_len=64, max_steps=250, eval_batches=10),
     "cpu": Budget(name="cpu", max_steps=300, eval_batches=12),
+    "cpu-long": Budget(name="cpu-long", max_seq_len=64, max_steps=4000, lr=2e-3,
+                       model_overrides={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+                       eval_batches=20, finetune_epochs=4.0),
     "gpu": Budget(name="gpu", preset="mini", max_steps=3000, batch_size=128, lr=5e-4,
                   eval_batches=20, finetune_epochs=3.0),
 }
@@ -340,13 +349,20 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
         mask_replace_prob=s["mask_replace_prob"], random_replace_prob=s["random_replace_prob"])
     config = BertConfig.preset(b.preset, vocab_size=tok.get_vocab_size(), **b.model_overrides)
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(cell.seed))
+    # The learning curve: held-out MLM / NSP accuracy at 8 points of the run, on a few batches
+    # of the fixed validation pairs (the final numbers below use more).
+    curve_loader = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
+                                      seed=EVAL_SEED, shuffle=True, masking="static")
     train_config = TrainConfig(
-        max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr, eval_interval=b.max_steps,
+        max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr,
+        eval_interval=max(b.max_steps // 8, 1), eval_batches=min(b.eval_batches, 6),
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
         log_interval=0, progress=False)
     start = time.perf_counter()
-    run = pretrain(model, loader, None, train_config, nsp=s["nsp"])
+    run = pretrain(model, loader, curve_loader, train_config, nsp=s["nsp"])
     train_seconds = time.perf_counter() - start
+    curve = [{"step": row["step"], "mlm_accuracy": row["val_mlm_accuracy"],
+              "nsp_accuracy": row["val_nsp_accuracy"]} for row in run.history]
 
     device = resolve_device(b.device)
     precision = resolve_precision(b.precision, device)
@@ -386,6 +402,7 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
         "epochs_seen": run.steps * b.batch_size / len(examples),
         "train_examples": len(examples),
         "train_seconds": round(train_seconds, 2),
+        "curve": curve,
     })
     return metrics
 
@@ -431,14 +448,24 @@ def _cell_info(cell: Cell) -> dict[str, Any]:
 
 
 def run_grid(cells: Iterable[Cell], cache_dir: str | Path, *, force: bool = False,
-             on_record: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+             on_record: Callable[[dict[str, Any]], None] | None = None, jobs: int = 1,
+             threads: int = 1) -> list[dict[str, Any]]:
     """Return the records of all cells in order, running only those not cached yet.
 
     A config shared by several cells (the reference run appears in every group) runs once.
     `on_record(record)` is called after each cell (to save partial results or print progress).
+    `jobs > 1` runs that many cells at once in worker processes with `threads` torch threads
+    each (a tiny model runs best on one thread per core); records then reach `on_record` in the
+    order they finish, and the returned list is still in cell order. A cell's numbers do not
+    depend on `jobs`.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
+    cells = list(cells)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r}; pass a positive integer (1 runs the cells one by one)")
+    if jobs > 1:
+        return _run_grid_parallel(cells, cache_dir, force, on_record, jobs, threads)
     records, done, datasets = [], {}, {}
     for cell in cells:
         key = cell_key(cell)
@@ -454,6 +481,63 @@ def run_grid(cells: Iterable[Cell], cache_dir: str | Path, *, force: bool = Fals
         records.append(record)
         if on_record is not None:
             on_record(record)
+    return records
+
+
+_WORKER_DATA: dict[str, _Data] = {}  # per worker process: the data of each budget, built once
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run_cell_in_worker(cell: Cell, cache_dir: str, force: bool) -> dict[str, Any]:
+    data_key = json.dumps(cell.budget.to_dict(), sort_keys=True)
+    if data_key not in _WORKER_DATA:
+        _WORKER_DATA[data_key] = _Data(cell.budget)
+    return run_cell(cell, cache_dir, force=force, data=_WORKER_DATA[data_key])
+
+
+def _run_grid_parallel(cells: list[Cell], cache_dir: str | Path, force: bool,
+                       on_record: Callable[[dict[str, Any]], None] | None, jobs: int,
+                       threads: int) -> list[dict[str, Any]]:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    keys = [cell_key(c) for c in cells]
+    by_key: dict[str, dict[str, Any]] = {}
+    to_run: dict[str, Cell] = {}
+    for cell, key in zip(cells, keys, strict=True):
+        if key in by_key or key in to_run:
+            continue
+        if not force and (Path(cache_dir) / f"{key}.json").is_file():
+            record = run_cell(cell, cache_dir)  # reads the record (re-runs only a stale one)
+            by_key[key] = record
+            if on_record is not None:
+                on_record(record)
+        else:
+            to_run[key] = cell
+    # spawn: a fresh interpreter per worker (forking a process that already ran torch is unsafe)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
+                             initargs=(threads,)) as pool:
+        pending = {pool.submit(_run_cell_in_worker, cell, str(cache_dir), force): key
+                   for key, cell in to_run.items()}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                key = pending.pop(future)
+                by_key[key] = future.result()
+                if on_record is not None:
+                    on_record(by_key[key])
+    records = []
+    seen: set[str] = set()
+    for cell, key in zip(cells, keys, strict=True):
+        record = {**by_key[key], "cell": _cell_info(cell)}
+        if key in seen:
+            record["cached"] = True
+        seen.add(key)
+        records.append(record)
     return records
 
 

@@ -35,7 +35,7 @@ TOY = Budget(name="toy", max_docs=60, vocab_size=400, max_seq_len=32, batch_size
 METRIC_KEYS = {"mlm_accuracy", "mlm_loss", "mlm_accuracy_kept", "mlm_loss_kept",
                "mlm_accuracy_random", "mlm_loss_random", "mlm_accuracy_no_mask", "nsp_accuracy",
                "probe_accuracy", "probe_accuracy_cls", "finetune_accuracy", "final_train_loss",
-               "steps", "epochs_seen", "train_examples", "train_seconds"}
+               "steps", "epochs_seen", "train_examples", "train_seconds", "curve"}
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +132,10 @@ def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
         (metrics["mlm_accuracy_kept"] + metrics["mlm_accuracy_random"]) / 2)
     assert metrics["finetune_accuracy"] is None  # the toy budget does not fine-tune
     assert metrics["steps"] == TOY.max_steps and math.isfinite(metrics["final_train_loss"])
+    # The learning curve: step 0, every max_steps // 8 steps (1 here), and the end.
+    assert [p["step"] for p in metrics["curve"]] == list(range(TOY.max_steps + 1))
+    assert all(0.0 <= p["mlm_accuracy"] <= 1.0 and 0.0 <= p["nsp_accuracy"] <= 1.0
+               for p in metrics["curve"])
     saved = json.loads((tmp_path / f"{record['key']}.json").read_text())
     assert saved["metrics"] == metrics and "cached" not in saved
 
@@ -196,6 +200,29 @@ def test_run_grid_runs_a_shared_config_once(tmp_path, monkeypatch):
     assert shared[0]["key"] == shared[1]["key"] and shared[1]["cached"] is True
     run_grid(cells, tmp_path)
     assert len(runs) == 8  # everything finished: nothing runs again
+
+
+def test_parallel_grid_matches_the_serial_one(tmp_path, data):
+    # Two worker processes: the same records, in cell order, as one process running them in turn;
+    # the shared baseline still runs once, and a second call reads everything back.
+    cells = ablation_grid(["nsp"], seeds=(0,), budget=TOY) + [
+        Cell("MLM + NSP", {}, 0, TOY, group="again")]
+    serial = run_grid(cells, tmp_path / "serial")
+    seen = []
+    parallel = run_grid(cells, tmp_path / "parallel", jobs=2, on_record=seen.append)
+    assert len(seen) == 2 and not any(r["cached"] for r in seen)
+    assert [r["cell"] for r in parallel] == [r["cell"] for r in serial]
+    assert [r["cached"] for r in parallel] == [False, False, True]
+    for a, b in zip(serial, parallel, strict=True):
+        assert a["key"] == b["key"]
+        assert a["metrics"]["mlm_accuracy"] == pytest.approx(b["metrics"]["mlm_accuracy"], abs=1e-6)
+        assert a["metrics"]["final_train_loss"] == pytest.approx(b["metrics"]["final_train_loss"],
+                                                                 rel=1e-5)
+    assert len(list((tmp_path / "parallel").glob("*.json"))) == 2
+    again = run_grid(cells, tmp_path / "parallel", jobs=2)
+    assert all(r["cached"] for r in again)
+    with pytest.raises(ValueError, match="jobs"):
+        run_grid(cells, tmp_path, jobs=0)
 
 
 # ---------------------------------------------------------------------------------------------
