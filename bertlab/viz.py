@@ -483,3 +483,43 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
     fig.suptitle(f"{group}: each variant minus {baseline}")
     fig.tight_layout()
     return fig
+
+
+def plot_ablation_curves(records, groups, baseline: float | None = None):
+    """Return one panel per group: held-out MLM accuracy against step, one line per variant.
+
+    `records` are `bertlab.experiments` cell records whose metrics hold a `curve` (step,
+    mlm_accuracy); a variant's line is the mean over its seeds, with the seeds' range shaded.
+    `baseline` (e.g. the unigram guess) is drawn as a dashed line: while the curves sit on it,
+    the models predict frequent words, not words in context.
+
+    Taught in notebooks/07_ablations_and_insights.ipynb
+    """
+    import numpy as np
+
+    groups = list(groups)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
+    for ax, group in zip(axes[0], groups, strict=True):
+        curves: dict[str, list] = {}
+        for r in records:
+            if r["cell"]["group"] == group and r["metrics"].get("curve"):
+                curves.setdefault(r["cell"]["name"], []).append(r["metrics"]["curve"])
+        if not curves:
+            raise ValueError(f"plot_ablation_curves: no record of group {group!r} has a learning "
+                             f"curve; run the sweep with a bertlab that records one")
+        for name, runs in curves.items():
+            steps = [p["step"] for p in runs[0]]
+            acc = 100 * np.array([[p["mlm_accuracy"] for p in run] for run in runs])
+            line, = ax.plot(steps, acc.mean(0), marker=".", label=f"{name} (n={len(runs)})")
+            if len(runs) > 1:
+                ax.fill_between(steps, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
+        if baseline is not None:
+            ax.axhline(100 * baseline, color="grey", linestyle="--", linewidth=1,
+                       label="unigram guess")
+        ax.set_title(group, fontsize=10)
+        ax.set_xlabel("step")
+        ax.set_ylabel("held-out MLM accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

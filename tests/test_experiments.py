@@ -268,3 +268,24 @@ def test_load_results_checks_the_file(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"command": "python x", "budget": {}, "records": []}))
     assert load_results(good)["command"] == "python x"
+
+
+def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curves():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from bertlab.viz import plot_ablation_curves
+
+    def rec(name, seed, accs):
+        return {"cell": {"group": "nsp", "name": name, "seed": seed},
+                "metrics": {"curve": [{"step": 10 * i, "mlm_accuracy": a, "nsp_accuracy": 0.5}
+                                      for i, a in enumerate(accs)]}}
+
+    records = [rec("MLM + NSP", 0, [0.0, 0.1, 0.2]), rec("MLM + NSP", 1, [0.0, 0.1, 0.3]),
+               rec("MLM only", 0, [0.0, 0.2, 0.4])]
+    fig = plot_ablation_curves(records, ["nsp"], baseline=0.05)
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 3  # two variants and the baseline
+    assert list(lines[0].get_ydata()) == pytest.approx([0.0, 10.0, 25.0])  # mean of the seeds
+    with pytest.raises(ValueError, match="no record of group 'masking-rate'"):
+        plot_ablation_curves(records, ["masking-rate"])
