@@ -101,11 +101,12 @@ def procedure_overrides(name: str) -> dict[str, float]:
     return {"mask_replace_prob": mask, "random_replace_prob": rnd}
 
 
-# The groups of the study: group name -> [(cell name, overrides)]. The reference run (BERT's
-# recipe, no overrides) appears in every group; it has one key, so it runs once.
+# The groups of the study: group name -> [(cell name, overrides)]. The reference run (the
+# budget's recipe, no overrides) appears in every group; it has one key, so it runs once. The NSP
+# group names both settings, so one of its cells is the reference whichever the budget uses.
 GROUPS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "masking-procedure": [(name, procedure_overrides(name)) for name in PAPER_MASKING],
-    "nsp": [("MLM + NSP", {}), ("MLM only", {"nsp": False})],
+    "nsp": [("MLM + NSP", {"nsp": True}), ("MLM only", {"nsp": False})],
     "masking-rate": [("15%", {}), ("30%", {"mlm_probability": 0.30}),
                      ("40%", {"mlm_probability": 0.40})],
     "static-vs-dynamic": [("dynamic", {}),
@@ -123,9 +124,11 @@ BASELINES = {"masking-procedure": "80/10/10", "nsp": "MLM + NSP", "masking-rate"
 class Budget:
     """How big and how long each run is, and what is measured after it. Every field is hashed.
 
-    `max_docs` keeps a fixed pseudo-random subset of the corpus (None: all of it; the train /
-    validation / test split of each document is unchanged). `finetune_epochs=0` skips
-    fine-tuning (the probes still run); `probe=False` skips both downstream measurements.
+    `settings` are the pretraining settings every cell of the budget starts from, on top of
+    `PRETRAIN_DEFAULTS` (a cell's overrides win); e.g. {"nsp": False} makes MLM-only the
+    reference recipe. `max_docs` keeps a fixed pseudo-random subset of the corpus (None: all of
+    it; the train / validation / test split of each document is unchanged). `finetune_epochs=0`
+    skips fine-tuning (the probes still run); `probe=False` skips both downstream measurements.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
@@ -134,6 +137,7 @@ class Budget:
     corpus: str = "bbc"
     preset: str = "tiny"
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     vocab_size: int = 8192
     max_seq_len: int = 128
     batch_size: int = 32
@@ -157,6 +161,10 @@ class Budget:
         if not self.finetune_epochs >= 0:
             raise ValueError(f"Budget.finetune_epochs={self.finetune_epochs!r}; pass a number "
                              f">= 0 (0 skips fine-tuning)")
+        unknown = sorted(set(self.settings) - set(PRETRAIN_DEFAULTS))
+        if unknown:
+            raise ValueError(f"Budget.settings has unknown setting(s) {unknown}; a budget may set "
+                             f"{sorted(PRETRAIN_DEFAULTS)}")
         if not isinstance(self.model_overrides, dict):
             raise ValueError("Budget.model_overrides must be a dict of BertConfig settings, "
                              "e.g. {'hidden_size': 64}")
@@ -174,14 +182,17 @@ class Budget:
 # guess), so they show the machinery, not the effects. "cpu-long": the smallest budget measured
 # to leave that phase: 64-token pairs, 4,000 steps at lr 2e-3 without dropout (MLM-only, one
 # thread: 0.139 at step 2,000, 0.175 at 3,500), with fine-tuning; about 8 min per run on one
-# core, so 10 variants x 2 seeds take ~80 min with --jobs 2 (x 3 seeds: ~2 h). "gpu": a mini
+# core, so 10 variants x 2 seeds take ~80 min with --jobs 2 (x 3 seeds: ~2 h). Its reference
+# recipe is MLM-only (RoBERTa's): with NSP the tiny model stayed on the plateau for the whole
+# run (MLM acc 0.154 / 0.155, NSP at chance, [CLS] probe 58% / 31% for seeds 0 / 1), so every
+# other comparison would again be between models that do not yet read context. "gpu": a mini
 # model with fine-tuning, sized for about 1 hour on one GPU by estimate; not yet measured on one.
 BUDGETS: dict[str, Budget] = {
     "quick": Budget(name="quick", max_seq_len=64, max_steps=250, eval_batches=10),
     "cpu": Budget(name="cpu", max_steps=300, eval_batches=12),
     "cpu-long": Budget(name="cpu-long", max_seq_len=64, max_steps=4000, lr=2e-3,
                        model_overrides={"hidden_dropout": 0.0, "attention_dropout": 0.0},
-                       eval_batches=20, finetune_epochs=4.0),
+                       settings={"nsp": False}, eval_batches=20, finetune_epochs=4.0),
     "gpu": Budget(name="gpu", preset="mini", max_steps=3000, batch_size=128, lr=5e-4,
                   eval_batches=20, finetune_epochs=3.0),
 }
@@ -209,8 +220,8 @@ class Cell:
             raise ValueError(f"cell {self.name!r}: seed={self.seed!r}; pass an integer >= 0")
 
     def settings(self) -> dict[str, Any]:
-        """Return the full pretraining settings: the defaults with this cell's overrides."""
-        return {**PRETRAIN_DEFAULTS, **self.overrides}
+        """Return the full pretraining settings: defaults, then the budget's, then the cell's."""
+        return {**PRETRAIN_DEFAULTS, **self.budget.settings, **self.overrides}
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,7 +259,9 @@ def cell_config(cell: Cell) -> dict[str, Any]:
         "experiment_version": EXPERIMENT_VERSION,
         "settings": cell.settings(),
         "seed": cell.seed,
-        "budget": {k: v for k, v in cell.budget.to_dict().items() if k != "name"},
+        # The budget's `settings` are already inside "settings" (merged), so two budgets that
+        # differ only there share the records of cells whose merged settings agree.
+        "budget": {k: v for k, v in cell.budget.to_dict().items() if k not in ("name", "settings")},
         "device": _device_kind(cell.budget),
         "code": code_digest(),
         "bertlab": bertlab.__version__,

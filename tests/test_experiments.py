@@ -92,6 +92,21 @@ def test_key_follows_every_setting_but_not_the_label(monkeypatch):
     assert cell_key(cell) != key  # a code change invalidates the cache
 
 
+def test_a_budget_can_change_the_reference_recipe():
+    # MLM-only as the budget's recipe: "MLM only" is now the reference run every group shares,
+    # and "MLM + NSP" is the variant; the merged settings, not their origin, decide the key.
+    mlm_only = Budget(**{**TOY.to_dict(), "name": "toy-mlm", "settings": {"nsp": False}})
+    cells = {c.name: c for c in ablation_grid(["masking-procedure", "nsp"], (0,), mlm_only)}
+    assert cells["80/10/10"].settings()["nsp"] is False
+    assert cells["MLM + NSP"].settings()["nsp"] is True
+    assert cell_key(cells["80/10/10"]) == cell_key(cells["MLM only"])
+    assert cell_key(cells["80/10/10"]) != cell_key(cells["MLM + NSP"])
+    assert cell_key(cells["MLM + NSP"]) == cell_key(Cell("x", {}, 0, TOY))
+    assert cell_key(cells["MLM only"]) == cell_key(Cell("x", {"nsp": False}, 0, TOY))
+    with pytest.raises(ValueError, match="unknown setting"):
+        Budget(settings={"masking_rate": 0.4})
+
+
 def test_bad_settings_are_clear_errors():
     with pytest.raises(ValueError, match=r"unknown setting\(s\) \['mask_prob'\]"):
         Cell("x", {"mask_prob": 0.5}, 0, TOY)
