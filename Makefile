@@ -41,7 +41,6 @@ bench: $(STAMP)
 # finished cells are cached). Each JSON in benchmarks/results/ records the command that made it.
 results: $(STAMP)
 	$(PY) benchmarks/downstream.py
-	$(PY) benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp --threads 1 --out benchmarks/results/ablations-quick.json
 	$(PY) benchmarks/ablations.py --budget cpu-long --seeds 0 1 --jobs 2 --threads 1
 	$(PY) benchmarks/chinese_wwm.py
 

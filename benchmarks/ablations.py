@@ -17,8 +17,7 @@ fine-tuning on; sized by estimate for about 1 hour on one GPU, not yet measured)
 
 Usage:
   python benchmarks/ablations.py                                   # cpu budget, all groups, 3 seeds
-  python benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp \\
-      --threads 1 --out benchmarks/results/ablations-quick.json
+  python benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp --threads 1
   python benchmarks/ablations.py --budget cpu-long --seeds 0 1 --jobs 2 --threads 1
 """
 
@@ -87,6 +86,39 @@ def summary_with_verdicts(records: list[dict], groups: list[str]) -> tuple[list,
     return rows, verdicts
 
 
+def random_init_references(budget, seeds: list[int]) -> dict:
+    """Return the downstream scores of the cells' starting point: the same model, tokenizer and
+    measurements as a cell, from the weights each seed initialises before any pretraining.
+
+    Without this row a fine-tuned or probe accuracy has no scale: it says what pretraining
+    added (or took away) to what a random encoder already gives.
+    """
+    from bertlab.experiments import _Data
+    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe
+    from bertlab.model import BertConfig, BertForPreTraining
+
+    data = _Data(budget)
+    config = BertConfig.preset(budget.preset, vocab_size=data.tokenizer.get_vocab_size(),
+                               **budget.model_overrides)
+    scores: dict = {"seeds": list(seeds), "probe_accuracy": [], "probe_accuracy_cls": [],
+                    "finetune_accuracy": []}
+    for seed in seeds:
+        model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+        for pooling, name in (("pooled", "probe_accuracy"), ("cls", "probe_accuracy_cls")):
+            scores[name].append(linear_probe(model, data.docs, tokenizer=data.tokenizer,
+                                             pooling=pooling, seed=seed,
+                                             max_seq_len=budget.max_seq_len).accuracy)
+        if budget.finetune_epochs > 0:
+            scores["finetune_accuracy"].append(finetune_classifier(
+                model, data.docs, tokenizer=data.tokenizer, config=FinetuneConfig(
+                    epochs=budget.finetune_epochs, min_steps=1, batch_size=budget.batch_size,
+                    max_seq_len=budget.max_seq_len, device=budget.device,
+                    precision=budget.precision, seed=seed)).accuracy)
+    if not scores["finetune_accuracy"]:
+        del scores["finetune_accuracy"]
+    return scores
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.threads is not None:
@@ -100,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     distinct = len({cell_key(c) for c in cells})
     print(f"{len(cells)} cells ({len({c.name for c in cells})} variants x {len(args.seeds)} seeds), "
           f"budget {budget.name}: {budget.to_dict()}", flush=True)
+
+    references: dict = {}
 
     def save(complete: bool) -> None:
         rows, verdicts = summary_with_verdicts(records, args.groups)
@@ -116,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             "cells_planned": len(cells),
             "paper": {"masking": PAPER_MASKING, "nsp": PAPER_NSP, "claims": PAPER_CLAIMS},
             "records": records,
+            "random_init": references,
             "summary": rows,
             "verdicts": verdicts,
         }
@@ -137,10 +172,19 @@ def main(argv: list[str] | None = None) -> int:
 
     records[:] = run_grid(cells, args.cache_dir, force=args.force, on_record=on_record,
                           jobs=args.jobs, threads=args.threads or 1)
+    if budget.probe:
+        if args.jobs > 1:
+            torch.set_num_threads(args.threads or 1)
+        print("random-init references (the cells' starting weights, no pretraining)...", flush=True)
+        references.update(random_init_references(budget, args.seeds))
     save(complete=True)
     rows, verdicts = summary_with_verdicts(records, args.groups)
     print()
     print(format_summary(rows))
+    if references:
+        print("\nrandom init, no pretraining (mean over seeds): " + ", ".join(
+            f"{name} {100 * sum(v) / len(v):.1f}" for name, v in references.items()
+            if name != "seeds"))
     print("\npaper, BERT Table 8 (MNLI / NER fine-tune / NER feature-based):")
     for name, v in PAPER_MASKING.items():
         print(f"  {name:<9} {v['mnli']:.1f} / {v['ner_finetune']:.1f} / {v['ner_feature']:.1f}")

@@ -304,3 +304,35 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
     assert list(lines[0].get_ydata()) == pytest.approx([0.0, 10.0, 25.0])  # mean of the seeds
     with pytest.raises(ValueError, match="no record of group 'masking-rate'"):
         plot_ablation_curves(records, ["masking-rate"])
+
+
+def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp_path,
+                                                                              monkeypatch, capsys):
+    import importlib.util
+    from dataclasses import replace
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ablations.py"
+    spec = importlib.util.spec_from_file_location("ablations_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    toy = replace(TOY, name="quick", finetune_epochs=1.0)
+    monkeypatch.setitem(ex.BUDGETS, "quick", toy)
+    out = tmp_path / "results.json"
+    argv = ["--budget", "quick", "--groups", "nsp", "--seeds", "0", "--cache-dir",
+            str(tmp_path / "cache"), "--out", str(out)]
+    assert script.main(argv) == 0
+    saved = load_results(out)
+    assert saved["complete"] is True and saved["command"].endswith(" ".join(argv))
+    assert saved["budget"] == toy.to_dict() and saved["seeds"] == [0]
+    assert [r["cell"]["name"] for r in saved["records"]] == ["MLM + NSP", "MLM only"]
+    assert not any(r["cached"] for r in saved["records"])
+    # The untrained starting point of every cell, measured the same way.
+    assert saved["random_init"]["seeds"] == [0]
+    for name in ("probe_accuracy", "probe_accuracy_cls", "finetune_accuracy"):
+        assert len(saved["random_init"][name]) == 1 and 0 <= saved["random_init"][name][0] <= 1
+    assert {r["name"] for r in saved["summary"]} == {"MLM + NSP", "MLM only"}
+    capsys.readouterr()
+    assert script.main(argv) == 0  # everything finished: read back from the cache
+    assert "cached" in capsys.readouterr().out
+    assert all(r["cached"] for r in load_results(out)["records"])
