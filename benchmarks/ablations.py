@@ -80,7 +80,13 @@ def summary_with_verdicts(records: list[dict], groups: list[str]) -> tuple[list,
         names = {r["name"] for r in rows if r["group"] == group}
         if BASELINES[group] not in names or len(names) < 2:
             continue
+        # NSP accuracy means something only where the baseline trained the head (an MLM-only
+        # run's head is its random initialisation, a constant guess on the fixed pairs).
+        trains_nsp = any(r["config"]["settings"]["nsp"] for r in records
+                         if r["cell"]["group"] == group and r["cell"]["name"] == BASELINES[group])
         for metric in VERDICT_METRICS:
+            if metric == "nsp_accuracy" and not trains_nsp:
+                continue
             if all(f"{metric}_mean" in r for r in rows if r["group"] == group):
                 verdicts += [{"group": group, **v} for v in compare_to_baseline(rows, group, metric)]
     return rows, verdicts
