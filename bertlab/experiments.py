@@ -179,13 +179,13 @@ class Budget:
 # 128-token pairs, 300 steps; the full grid (10 distinct runs x 3 seeds) is estimated at 45-60 min
 # on 2 idle cores, from the single-thread step time measured under load. Both end inside the
 # phase where a tiny model predicts frequent words (held-out MLM accuracy near the unigram
-# guess), so they show the machinery, not the effects. "cpu-long": the smallest budget measured
-# to leave that phase: 64-token pairs, 4,000 steps at lr 2e-3 without dropout (MLM-only, one
-# thread: 0.139 at step 2,000, 0.175 at 3,500), with fine-tuning; about 8 min per run on one
-# core, so 10 variants x 2 seeds take ~80 min with --jobs 2 (x 3 seeds: ~2 h). Its reference
-# recipe is MLM-only (RoBERTa's): with NSP the tiny model stayed on the plateau for the whole
-# run (MLM acc 0.154 / 0.155, NSP at chance, [CLS] probe 58% / 31% for seeds 0 / 1), so every
-# other comparison would again be between models that do not yet read context. "gpu": a mini
+# guess), so they show the machinery, not the effects. "cpu-long": 64-token pairs, 4,000 steps
+# at lr 2e-3 without dropout, with fine-tuning: where the variants start to separate (measured,
+# benchmarks/results/ablations-cpu-long.json: at 15% masking the models are only beginning to
+# read context, at 30-40% well past it); 7-11 min per run on one core, 20 distinct runs (2
+# seeds) took 173 core-minutes, ~90 min with --jobs 2. Its reference recipe is MLM-only
+# (RoBERTa's): Table 8 is a question about the MLM loss, and in a 2-layer model NSP competes
+# with it for capacity (20-minute runs: MLM accuracy 0.147 with NSP, 0.284 without). "gpu": a mini
 # model with fine-tuning, sized for about 1 hour on one GPU by estimate; not yet measured on one.
 BUDGETS: dict[str, Budget] = {
     "quick": Budget(name="quick", max_seq_len=64, max_steps=250, eval_batches=10),
@@ -362,7 +362,7 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
         mask_replace_prob=s["mask_replace_prob"], random_replace_prob=s["random_replace_prob"])
     config = BertConfig.preset(b.preset, vocab_size=tok.get_vocab_size(), **b.model_overrides)
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(cell.seed))
-    # The learning curve: held-out MLM / NSP accuracy at 8 points of the run, on a few batches
+    # The learning curve: held-out MLM / NSP accuracy at 9 points of the run, on a few batches
     # of the fixed validation pairs (the final numbers below use more).
     curve_loader = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
                                       seed=EVAL_SEED, shuffle=True, masking="static")
