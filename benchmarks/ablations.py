@@ -44,6 +44,7 @@ from bertlab.experiments import (
     cell_key,
     compare_to_baseline,
     format_summary,
+    random_init_scores,
     run_grid,
     summarize_records,
 )
@@ -90,39 +91,6 @@ def summary_with_verdicts(records: list[dict], groups: list[str]) -> tuple[list,
             if all(f"{metric}_mean" in r for r in rows if r["group"] == group):
                 verdicts += [{"group": group, **v} for v in compare_to_baseline(rows, group, metric)]
     return rows, verdicts
-
-
-def random_init_references(budget, seeds: list[int]) -> dict:
-    """Return the downstream scores of the cells' starting point: the same model, tokenizer and
-    measurements as a cell, from the weights each seed initialises before any pretraining.
-
-    Without this row a fine-tuned or probe accuracy has no scale: it says what pretraining
-    added (or took away) to what a random encoder already gives.
-    """
-    from bertlab.experiments import _Data
-    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe
-    from bertlab.model import BertConfig, BertForPreTraining
-
-    data = _Data(budget)
-    config = BertConfig.preset(budget.preset, vocab_size=data.tokenizer.get_vocab_size(),
-                               **budget.model_overrides)
-    scores: dict = {"seeds": list(seeds), "probe_accuracy": [], "probe_accuracy_cls": [],
-                    "finetune_accuracy": []}
-    for seed in seeds:
-        model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
-        for pooling, name in (("pooled", "probe_accuracy"), ("cls", "probe_accuracy_cls")):
-            scores[name].append(linear_probe(model, data.docs, tokenizer=data.tokenizer,
-                                             pooling=pooling, seed=seed,
-                                             max_seq_len=budget.max_seq_len).accuracy)
-        if budget.finetune_epochs > 0:
-            scores["finetune_accuracy"].append(finetune_classifier(
-                model, data.docs, tokenizer=data.tokenizer, config=FinetuneConfig(
-                    epochs=budget.finetune_epochs, min_steps=1, batch_size=budget.batch_size,
-                    max_seq_len=budget.max_seq_len, device=budget.device,
-                    precision=budget.precision, seed=seed)).accuracy)
-    if not scores["finetune_accuracy"]:
-        del scores["finetune_accuracy"]
-    return scores
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.jobs > 1:
             torch.set_num_threads(args.threads or 1)
         print("random-init references (the cells' starting weights, no pretraining)...", flush=True)
-        references.update(random_init_references(budget, args.seeds))
+        references.update(random_init_scores(budget, args.seeds))
     save(complete=True)
     rows, verdicts = summary_with_verdicts(records, args.groups)
     print()

@@ -341,9 +341,13 @@ class _Data:
         return self._train[seed]
 
 
+def _data_key(budget: Budget) -> str:
+    """Return the key under which a process keeps the data of a budget (built once per budget)."""
+    return json.dumps(budget.to_dict(), sort_keys=True)
+
+
 def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
     from bertlab.data import pretraining_loader
-    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe
     from bertlab.model import BertConfig, BertForPreTraining
     from bertlab.train import (
         TrainConfig,
@@ -395,20 +399,7 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
             metrics["nsp_accuracy"] = scores["nsp_accuracy"]
     metrics["mlm_accuracy_no_mask"] = (metrics["mlm_accuracy_kept"]
                                        + metrics["mlm_accuracy_random"]) / 2
-    metrics["probe_accuracy"] = metrics["probe_accuracy_cls"] = None
-    metrics["finetune_accuracy"] = None
-    if b.probe:
-        for pooling, name in (("pooled", "probe_accuracy"), ("cls", "probe_accuracy_cls")):
-            probe = linear_probe(model, data.docs, tokenizer=tok, pooling=pooling,
-                                 seed=cell.seed, max_seq_len=b.max_seq_len)
-            metrics[name] = probe.accuracy
-        if b.finetune_epochs > 0:
-            tuned = finetune_classifier(
-                model, data.docs, tokenizer=tok, config=FinetuneConfig(
-                    epochs=b.finetune_epochs, min_steps=1, batch_size=b.batch_size,
-                    max_seq_len=b.max_seq_len, device=b.device, precision=b.precision,
-                    seed=cell.seed))
-            metrics["finetune_accuracy"] = tuned.accuracy
+    metrics.update(_downstream_metrics(model, data, b, cell.seed))
     metrics.update({
         "final_train_loss": run.step_losses[-1],
         "steps": run.steps,
@@ -418,6 +409,49 @@ def _train_and_measure(cell: Cell, data: _Data) -> dict[str, Any]:
         "curve": curve,
     })
     return metrics
+
+
+def _downstream_metrics(model, data: _Data, b: Budget, seed: int) -> dict[str, float | None]:
+    """Return the [CLS] probes (pooled, raw) and the fine-tuned accuracy the budget asks for."""
+    from bertlab.finetune import FinetuneConfig, finetune_classifier, linear_probe
+
+    metrics: dict[str, float | None] = {"probe_accuracy": None, "probe_accuracy_cls": None,
+                                        "finetune_accuracy": None}
+    if not b.probe:
+        return metrics
+    for pooling, name in (("pooled", "probe_accuracy"), ("cls", "probe_accuracy_cls")):
+        metrics[name] = linear_probe(model, data.docs, tokenizer=data.tokenizer, pooling=pooling,
+                                     seed=seed, max_seq_len=b.max_seq_len).accuracy
+    if b.finetune_epochs > 0:
+        metrics["finetune_accuracy"] = finetune_classifier(
+            model, data.docs, tokenizer=data.tokenizer, config=FinetuneConfig(
+                epochs=b.finetune_epochs, min_steps=1, batch_size=b.batch_size,
+                max_seq_len=b.max_seq_len, device=b.device, precision=b.precision,
+                seed=seed)).accuracy
+    return metrics
+
+
+def random_init_scores(budget: Budget, seeds: Sequence[int]) -> dict[str, list]:
+    """Return the downstream scores of the cells' starting point, per seed: the same model,
+    tokenizer and measurements as a cell, on the weights the seed initialises before pretraining.
+
+    Without them a cell's fine-tuned or probe accuracy has no scale: they say what pretraining
+    added (or took away). Keys: "seeds", and each measured metric of `_downstream_metrics`.
+
+    Taught in notebooks/07_ablations_and_insights.ipynb
+    """
+    from bertlab.model import BertConfig, BertForPreTraining
+
+    data = _Data(budget)
+    config = BertConfig.preset(budget.preset, vocab_size=data.tokenizer.get_vocab_size(),
+                               **budget.model_overrides)
+    scores: dict[str, list] = {"seeds": list(seeds)}
+    for seed in seeds:
+        model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+        for name, value in _downstream_metrics(model, data, budget, seed).items():
+            if value is not None:
+                scores.setdefault(name, []).append(value)
+    return scores
 
 
 def run_cell(cell: Cell, cache_dir: str | Path, *, force: bool = False,
@@ -485,7 +519,7 @@ def run_grid(cells: Iterable[Cell], cache_dir: str | Path, *, force: bool = Fals
         if key in done:
             record = {**done[key], "cell": _cell_info(cell), "cached": True}
         else:
-            data_key = json.dumps(cell.budget.to_dict(), sort_keys=True)
+            data_key = _data_key(cell.budget)
             needs_run = force or not (Path(cache_dir) / f"{key}.json").is_file()
             if needs_run and data_key not in datasets:
                 datasets[data_key] = _Data(cell.budget)
@@ -505,7 +539,7 @@ def _init_worker(threads: int) -> None:
 
 
 def _run_cell_in_worker(cell: Cell, cache_dir: str, force: bool) -> dict[str, Any]:
-    data_key = json.dumps(cell.budget.to_dict(), sort_keys=True)
+    data_key = _data_key(cell.budget)
     if data_key not in _WORKER_DATA:
         _WORKER_DATA[data_key] = _Data(cell.budget)
     return run_cell(cell, cache_dir, force=force, data=_WORKER_DATA[data_key])
