@@ -11,8 +11,8 @@ after every cell) holds the exact command, the budget, and every cell's config, 
 
 Budgets: "quick" (tiny model, 64-token pairs, 250 steps: the reduced sweep for a shared
 machine; read its differences against seed noise), "cpu" (default: tiny model, 128 tokens, 300
-steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, fine-tuning on: the smallest budget that
-leaves the word-frequency phase; ~8 min per run on one core), "gpu" (mini model, 3000 steps,
+steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, MLM-only reference, fine-tuning on:
+where the variants start to separate; 7-11 min per run on one core), "gpu" (mini model, 3000 steps,
 fine-tuning on; sized by estimate for about 1 hour on one GPU, not yet measured).
 
 Usage:
