@@ -6,11 +6,14 @@ Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import tokenizers
@@ -22,16 +25,18 @@ from tokenizers import (
     normalizers,
     pre_tokenizers,
     processors,
-    trainers,
 )
 
 from bertlab.corpus import Document
+from bertlab.util import atomic_write_json, atomic_write_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertlab vocabulary
 
 # Bump when the way a tokenizer is built changes, so stale cache entries are not reused.
-_CACHE_FORMAT = 3
+_CACHE_FORMAT = 4
+# A longer word becomes [UNK] (Google's tokenizer uses the same limit), so training skips it.
+MAX_WORD_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ def _texts(docs_or_texts: Iterable[Document | str]) -> Iterator[str]:
 def build_untrained_tokenizer(lowercase: bool = True) -> Tokenizer:
     """Return an empty WordPiece tokenizer with BERT's normalizer and pre-tokenizer (no vocabulary yet)."""
     tok = Tokenizer(
-        models.WordPiece(unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200)
+        models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
+                         max_input_chars_per_word=MAX_WORD_CHARS)
     )
     # Clean text, put spaces around CJK characters (so each becomes its own word), lowercase and
     # strip accents together, as Google's BasicTokenizer does.
@@ -116,27 +122,119 @@ def _add_post_processor(tok: Tokenizer) -> None:
     )
 
 
-def _renumber(tok: Tokenizer, texts: list[str]) -> None:
-    # The trainer numbers tokens in hash-map order, so two runs on the same text give the same
-    # tokens under different ids; on count ties it can even pick different merges
-    # (huggingface/tokenizers#1794). Renumber canonically: specials, then single characters and
-    # their "##" forms by code point (a set that ties cannot change, so character ids agree
-    # across runs and machines), then merged pieces by how often they occur in the training
-    # text (ties by spelling), so small ids mean frequent pieces.
-    vocab = tok.get_vocab()
-    counts = [0] * len(vocab)
-    for enc in tok.encode_batch(texts, add_special_tokens=False):
-        for token_id in enc.ids:
-            counts[token_id] += 1
-    rest = [t for t in vocab if t not in SPECIAL_TOKENS]
-    chars = sorted(t for t in rest if len(t) == 1)
-    char_pieces = sorted(t for t in rest if len(t) == 3 and t.startswith("##"))
-    single = set(chars) | set(char_pieces)
-    merged = sorted((t for t in rest if t not in single), key=lambda t: (-counts[vocab[t]], t))
-    ordered = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars, *char_pieces, *merged])}
-    tok.model = models.WordPiece(
-        vocab=ordered, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200
+def count_words(docs_or_texts: Iterable[Document | str], lowercase: bool = True) -> Counter[str]:
+    """Return how often each word occurs: the text normalized and pre-tokenized as BERT does.
+
+    This is all the WordPiece trainer looks at, so training needs memory for the distinct words
+    only, however large the corpus.
+    """
+    tok = build_untrained_tokenizer(lowercase)
+    counts: Counter[str] = Counter()
+    for text in _texts(docs_or_texts):
+        counts.update(word for word, _ in tok.pre_tokenizer.pre_tokenize_str(
+            tok.normalizer.normalize_str(text)))
+    return counts
+
+
+def wordpiece_vocabulary(word_counts: Mapping[str, int], vocab_size: int,
+                         min_frequency: int = 2) -> list[str]:
+    """Return a WordPiece vocabulary learnt from word counts, in id order (specials first).
+
+    The trainer is BPE on words, as in the `tokenizers` library's WordPieceTrainer: every word
+    starts as its characters (`h ##e ##l ##l ##o`), then the most frequent adjacent pair of
+    pieces (counted over all words, weighted by word frequency) is merged into a new piece, again
+    and again, until the vocabulary has `vocab_size` entries or no pair occurs `min_frequency`
+    times. Every character seen enters the vocabulary, however rare.
+
+    Deterministic by construction: when two pairs are equally frequent, the one that sorts first
+    by spelling (code points) wins. The `tokenizers` trainer breaks such ties by internal ids
+    assigned in hash-map order (huggingface/tokenizers#1794), which gave a different vocabulary
+    on each run for Chinese text, where many rare merges tie. Words longer than
+    `MAX_WORD_CHARS` are left out (encoding turns them into [UNK] anyway).
+
+    Ids: specials 0-4, then every single character and its "##" form by code point, then merged
+    pieces, most frequent in the training text first (ties by spelling).
+    """
+    words: list[list[str]] = []
+    freqs: list[int] = []
+    singles: set[str] = set()  # every character, and the "##" form of those seen inside a word
+    for word in sorted(word_counts):
+        if 0 < len(word) <= MAX_WORD_CHARS:
+            words.append([word[0], *("##" + ch for ch in word[1:])])
+            freqs.append(word_counts[word])
+            singles.update(word)
+            singles.update(words[-1][1:])
+    size = len(SPECIAL_TOKENS) + len(singles)
+    merged: set[str] = set()
+
+    # Pair counts and, per pair, the words it occurs in; a heap of (-count, left, right) picks
+    # the most frequent pair, ties by spelling. Entries go stale when counts change: every change
+    # pushes a fresh entry, and a popped entry whose count is no longer current is skipped.
+    pairs: dict[tuple[str, str], int] = {}
+    where: dict[tuple[str, str], set[int]] = {}
+    for index, (pieces, freq) in enumerate(zip(words, freqs, strict=True)):
+        for pair in pairwise(pieces):
+            pairs[pair] = pairs.get(pair, 0) + freq
+            where.setdefault(pair, set()).add(index)
+    heap = [(-count, left, right) for (left, right), count in pairs.items()]
+    heapq.heapify(heap)
+    while heap and size < vocab_size:
+        negative, left, right = heapq.heappop(heap)
+        count = pairs.get((left, right), 0)
+        if count != -negative:
+            continue  # stale entry
+        if count < min_frequency:
+            break
+        new = left + right[2:]  # right is always a "##" piece
+        if new not in merged and new not in singles:
+            merged.add(new)
+            size += 1
+        changed: set[tuple[str, str]] = set()
+        for index in where.pop((left, right)):
+            pieces, freq = words[index], freqs[index]
+            for pair in pairwise(pieces):
+                pairs[pair] -= freq
+                changed.add(pair)
+            out, i = [], 0
+            while i < len(pieces):
+                if i + 1 < len(pieces) and pieces[i] == left and pieces[i + 1] == right:
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(pieces[i])
+                    i += 1
+            words[index] = out
+            for pair in pairwise(out):
+                pairs[pair] = pairs.get(pair, 0) + freq
+                changed.add(pair)
+                where.setdefault(pair, set()).add(index)
+        for pair in changed:
+            if pairs[pair] > 0:
+                heapq.heappush(heap, (-pairs[pair], *pair))
+            else:
+                del pairs[pair]
+                where.pop(pair, None)
+
+    # Order the merged pieces by how often they occur when the training words are encoded.
+    chars = sorted(t for t in singles if not t.startswith("##"))
+    char_pieces = sorted(t for t in singles if t.startswith("##"))
+    model = models.WordPiece(
+        vocab={t: i for i, t in enumerate([*SPECIAL_TOKENS, *chars, *char_pieces, *merged])},
+        unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD_CHARS,
     )
+    uses: Counter[str] = Counter()
+    for word, freq in word_counts.items():
+        for token in model.tokenize(word):
+            uses[token.value] += freq
+    by_use = sorted(merged, key=lambda t: (-uses[t], t))
+    return [*SPECIAL_TOKENS, *chars, *char_pieces, *by_use]
+
+
+def vocab_digest(tokenizer: Tokenizer) -> str:
+    """Return the SHA-256 of the vocabulary (tokens in id order): equal digests, equal vocabularies."""
+    vocab = tokenizer.get_vocab(with_added_tokens=False)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    return hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -146,6 +244,46 @@ def default_cache_dir() -> Path:
         return Path(env) / "tokenizers"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "bertlab" / "tokenizers"
+
+
+def _fingerprint(docs_or_texts: Iterable[Document | str], settings: dict) -> str:
+    texts = _Tee(_texts(docs_or_texts))
+    for _ in texts:
+        pass
+    return texts.digest(settings)
+
+
+def _load_verified(path: Path) -> Tokenizer | None:
+    """Return the cached tokenizer at `path` if its digests check out; None if there is none.
+
+    A damaged or foreign entry (file bytes or vocabulary not matching the digests written beside
+    it, or no digests at all) is reported with a warning and removed, so it is retrained.
+    """
+    sidecar = path.with_suffix(".sha256")
+    if not path.is_file():
+        return None
+    problem = None
+    try:
+        data = path.read_bytes()
+        expected = json.loads(sidecar.read_text(encoding="utf-8"))
+        if hashlib.sha256(data).hexdigest() != expected["file_sha256"]:
+            problem = "the file's bytes do not match the digest written beside it"
+        else:
+            tok = Tokenizer.from_str(data.decode("utf-8"))
+            if vocab_digest(tok) != expected["vocab_sha256"]:
+                problem = "its vocabulary does not match the digest written beside it"
+            else:
+                special_ids(tok)
+                return tok
+    except FileNotFoundError:
+        problem = f"it has no digest file {sidecar.name}"
+    except Exception as exc:  # unreadable JSON, a missing key, a file tokenizers rejects
+        problem = f"it cannot be read ({type(exc).__name__}: {exc})"
+    warnings.warn(f"cached tokenizer {path} is not trusted ({problem}); training it again",
+                  stacklevel=3)
+    path.unlink(missing_ok=True)
+    sidecar.unlink(missing_ok=True)
+    return None
 
 
 def train_tokenizer(
@@ -165,21 +303,21 @@ def train_tokenizer(
     then cut into WordPiece pieces (`##` marks a piece that continues a word). Encoding adds
     [CLS] A [SEP] (B [SEP]) with segment ids 0 for A and 1 for B.
 
-    `vocab_size` is a ceiling: every character seen in training enters the vocabulary (however
-    rare; `min_frequency` only gates merges into longer pieces), then merges fill the rest.
-    Chinese text cannot merge across characters, so on "zh-news" the vocabulary stops near 5,700
-    (about 4,550 characters plus digit/Latin pieces) whatever the ceiling; the default settings
-    suit it as they are.
+    The vocabulary comes from `wordpiece_vocabulary`: deterministic, so the same text and
+    settings give the same file byte for byte on every machine and every run. `vocab_size` is a
+    ceiling: every character seen in training enters the vocabulary (however rare;
+    `min_frequency` only gates merges into longer pieces), then merges fill the rest. Chinese
+    text cannot merge across characters, so on "zh-news" the vocabulary stops near 5,700
+    (about 4,550 characters plus digit/Latin pieces) whatever the ceiling.
 
-    Ids: specials 0-4, then every single character and its "##" form by code point, then merged
-    pieces, most frequent first. The `tokenizers` trainer breaks ties between equally frequent
-    merges in hash-map order (huggingface/tokenizers#1794): when training runs out of frequent
-    merges (Chinese text) a few rare pieces can differ from run to run, while character ids
-    never do. The BBC vocabulary, which stops at 8,192 long before that, comes out identical.
+    Memory: only the distinct words are held, so a one-shot iterator over a large corpus
+    (e.g. `bertlab.iter_corpus(path)`) is read once. A list is read twice on the first call
+    (fingerprint, then counting), once when the cache answers.
 
-    The cache key is a fingerprint of the text, every setting and the `tokenizers` version, so
-    the same corpus and settings load in a fraction of a second the second time and any change
-    retrains; a damaged cache file is retrained and overwritten. `cache_dir` defaults to
+    The cache key is a fingerprint of the text, every setting, this trainer's version and the
+    `tokenizers` version. Beside each cached file lies the SHA-256 of its bytes and of its
+    vocabulary; both are checked on load, and an entry that fails (damaged, or written by
+    something else) is retrained with a warning, never used. `cache_dir` defaults to
     `default_cache_dir()`.
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
@@ -188,46 +326,69 @@ def train_tokenizer(
         raise ValueError(
             "train_tokenizer: got one string; pass a list of texts (or Documents), e.g. [text]"
         )
-    if vocab_size < len(SPECIAL_TOKENS) + 1:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or \
+            vocab_size < len(SPECIAL_TOKENS) + 1:
         raise ValueError(
-            f"vocab_size={vocab_size} is too small; it needs room for the "
+            f"vocab_size={vocab_size!r} is too small; it needs room for the "
             f"{len(SPECIAL_TOKENS)} special tokens and some text"
         )
-    texts = list(_texts(docs_or_texts))
-    if not any(t.strip() for t in texts):
-        raise ValueError("train_tokenizer: the corpus has no text; pass documents with sentences")
-
-    fingerprint = hashlib.blake2b(digest_size=16)
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ValueError(f"min_frequency={min_frequency!r}; pass a whole number >= 1")
     settings = {"vocab_size": vocab_size, "lowercase": lowercase, "min_frequency": min_frequency,
                 "format": _CACHE_FORMAT, "tokenizers": tokenizers.__version__}
-    fingerprint.update(json.dumps(settings, sort_keys=True).encode())
-    for text in texts:
-        fingerprint.update(text.encode("utf-8"))
-        fingerprint.update(b"\x00")
-    path = Path(cache_dir) / "tokenizers" if cache_dir else default_cache_dir()
-    path = path / f"wordpiece-{fingerprint.hexdigest()}.json"
-    if cache and path.is_file():
-        try:
-            cached = Tokenizer.from_file(str(path))
-            special_ids(cached)
+    one_shot = isinstance(docs_or_texts, Iterator)
+    counts: Counter[str] | None = None
+    if one_shot:  # read once: count the words while fingerprinting the text
+        texts = _Tee(_texts(docs_or_texts))
+        counts = count_words(texts, lowercase)
+        key = texts.digest(settings)
+    else:
+        key = _fingerprint(docs_or_texts, settings)
+    folder = Path(cache_dir) / "tokenizers" if cache_dir else default_cache_dir()
+    path = folder / f"wordpiece-{key}.json"
+    if cache:
+        cached = _load_verified(path)
+        if cached is not None:
             return cached
-        except Exception:  # a damaged cache entry is retrained, never trusted
-            path.unlink(missing_ok=True)
+    if counts is None:
+        counts = count_words(docs_or_texts, lowercase)
+    if not counts:
+        raise ValueError("train_tokenizer: the corpus has no text; pass documents with sentences")
 
     tok = build_untrained_tokenizer(lowercase)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=False,
+    tok.model = models.WordPiece(
+        vocab={t: i for i, t in enumerate(wordpiece_vocabulary(counts, vocab_size, min_frequency))},
+        unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD_CHARS,
     )
-    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    _renumber(tok, texts)
     _add_post_processor(tok)
     if cache:
-        save_tokenizer(tok, path)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = tok.to_str()
+        atomic_write_text(path, text)
+        atomic_write_json(path.with_suffix(".sha256"), {
+            "file_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "vocab_sha256": vocab_digest(tok),
+        })
     return tok
+
+
+class _Tee:
+    """Passes texts through while fingerprinting them (for one-shot iterators)."""
+
+    def __init__(self, texts: Iterator[str]) -> None:
+        self._texts, self._digest = texts, hashlib.blake2b(digest_size=16)
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self._texts:
+            self._digest.update(text.encode("utf-8"))
+            self._digest.update(b"\x00")
+            yield text
+
+    def digest(self, settings: dict) -> str:
+        final = hashlib.blake2b(digest_size=16)
+        final.update(json.dumps(settings, sort_keys=True).encode())
+        final.update(self._digest.digest())
+        return final.hexdigest()
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
@@ -239,15 +400,7 @@ def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
     if path.is_dir():
         path = path / "tokenizer.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    os.close(fd)
-    try:
-        tokenizer.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_write_text(path, tokenizer.to_str())
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
@@ -292,7 +445,8 @@ def tokenizer_from_vocab(vocab_file: str | Path, lowercase: bool = True) -> Toke
         )
     tok = build_untrained_tokenizer(lowercase)
     tok.model = models.WordPiece(
-        vocab=vocab, unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=200
+        vocab=vocab, unk_token=UNK, continuing_subword_prefix="##",
+        max_input_chars_per_word=MAX_WORD_CHARS,
     )
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     _add_post_processor(tok)

