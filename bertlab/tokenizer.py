@@ -360,6 +360,7 @@ def train_tokenizer(
         vocab={t: i for i, t in enumerate(wordpiece_vocabulary(counts, vocab_size, min_frequency))},
         unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD_CHARS,
     )
+    tok.add_special_tokens(list(SPECIAL_TOKENS))  # "[MASK]" typed in a text stays one token
     _add_post_processor(tok)
     if cache:
         folder.mkdir(parents=True, exist_ok=True)

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
+import hashlib
+import io
 import json
 import math
 import os
 import random
 import re
 import shutil
+import signal
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,9 +38,16 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.util import (
+    FolderLock,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_folder,
+    fsync_path,
+)
 
 Batch = dict[str, torch.Tensor]
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
 
 # =============================================================================================
@@ -105,6 +118,11 @@ class TrainConfig:
         ):
             raise ValueError(f"TrainConfig.warmup_steps must be an integer >= 0 or None, "
                              f"got {self.warmup_steps!r}")
+        if self.warmup_steps is not None and self.max_steps is not None and \
+                self.warmup_steps >= self.max_steps:
+            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps} is not below "
+                             f"max_steps={self.max_steps}: the run would never leave warmup; use "
+                             f"fewer warmup steps (or warmup_fraction)")
         for name in ("warmup_fraction", "min_lr_ratio"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
@@ -425,24 +443,46 @@ def unigram_baseline(train_loader: Iterable[Batch], val_loader: Iterable[Batch],
 
 
 # =============================================================================================
-# Checkpoints: tensors in safetensors, everything else in JSON, written atomically
+# Checkpoints: tensors in safetensors, everything else in JSON, written atomically, verified
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class CorruptCheckpoint(ValueError):
+    """A checkpoint whose files do not match the SHA-256 digests written when it was saved."""
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=1), encoding="utf-8")
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _model_config(model: nn.Module) -> dict | None:
     config = getattr(model, "config", None)
     return config.to_dict() if hasattr(config, "to_dict") else None
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    # A Ctrl-C or SIGTERM that arrives while checkpoint folders are being renamed waits until the
+    # renames are done, so the folder being replaced is never left missing.
+    if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    else:
+        yield
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)  # safetensors reports I/O errors as text ("StorageFull", "os error 28")
+    return isinstance(exc, SafetensorError) and ("StorageFull" in text or "code: 28" in text
+                                                 or "No space left" in text)
 
 
 def save_checkpoint(path: str | Path, model: nn.Module,
@@ -454,9 +494,11 @@ def save_checkpoint(path: str | Path, model: nn.Module,
 
     Files: model.safetensors (tied weights stored once), optimizer.safetensors + its settings in
     state.json, rng.safetensors (random-generator states), state.json (step, data position,
-    configs, history: anything JSON-serialisable in `state`). Everything is written into a hidden
-    temporary folder, flushed to disk, then renamed into place, so a crash mid-write leaves the
-    previous checkpoints untouched and never a half-written one.
+    configs, history: anything JSON-serialisable in `state`) and digests.json (the SHA-256 of
+    each file, checked on every load). Everything is written into a hidden temporary folder,
+    flushed to disk, then renamed into place, so a crash, a kill or a full disk mid-write leaves
+    the previous checkpoints untouched and never a half-written one. A full disk raises an
+    OSError (ENOSPC) that names the newest complete checkpoint.
 
     Taught in notebooks/05_pretraining.ipynb
     """
@@ -466,18 +508,26 @@ def save_checkpoint(path: str | Path, model: nn.Module,
     tmp.mkdir(parents=True)
     try:
         _write_checkpoint_files(tmp, model, optimizer, state, rng, scaler)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if _is_disk_full(exc):
+            kept = _complete_checkpoints(path.parent)
+            previous = (f"the newest complete checkpoint is still {kept[-1]}" if kept
+                        else "no earlier checkpoint exists")
+            raise OSError(errno.ENOSPC, f"no space left on the device while writing checkpoint "
+                          f"{path}; nothing of it was kept and {previous}. Free some space, "
+                          f"then continue the run with --resume (resume=True)") from exc
         raise
-    if path.exists():  # overwriting: move the old one aside first, so one copy always exists
-        old = path.parent / f".{path.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
-    _fsync(path.parent)
+    with _signals_deferred():
+        if path.exists():  # overwriting: move the old one aside first, so one copy always exists
+            old = path.parent / f".{path.name}.old"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+        fsync_path(path.parent)
     for stale in path.parent.glob(".*.tmp"):  # left by a process killed mid-write
         shutil.rmtree(stale, ignore_errors=True)
     return path
@@ -504,10 +554,12 @@ def _write_checkpoint_files(tmp: Path, model: nn.Module, optimizer: torch.optim.
         meta["grad_scaler"] = scaler.state_dict()
     if rng:
         save_file({k: v.contiguous() for k, v in rng.items()}, str(tmp / "rng.safetensors"))
-    _write_json(tmp / "state.json", meta)
+    (tmp / "state.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    digests = {file.name: _sha256(file) for file in sorted(tmp.iterdir())}
+    (tmp / "digests.json").write_text(json.dumps(digests, indent=1), encoding="utf-8")
     for file in tmp.iterdir():
-        _fsync(file)
-    _fsync(tmp)
+        fsync_path(file)
+    fsync_path(tmp)
 
 
 def _describe_mismatch(saved: dict, current: dict) -> str:
@@ -516,38 +568,76 @@ def _describe_mismatch(saved: dict, current: dict) -> str:
                      for k in keys if saved.get(k) != current.get(k))
 
 
-def read_checkpoint_state(path: str | Path) -> dict:
-    """Return the JSON part of a checkpoint (step, configs, history...), checking it is readable."""
+def _corrupt(path: Path, problem: str) -> CorruptCheckpoint:
+    return CorruptCheckpoint(
+        f"checkpoint {path} is corrupt: {problem}. Its files were damaged or changed on disk "
+        f"after it was saved; use an older checkpoint (load_run and --resume fall back to the "
+        f"newest one that verifies)")
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Check every file of a checkpoint against the SHA-256 digests written when it was saved.
+
+    Raises `CorruptCheckpoint` (a ValueError) naming the first file that is missing or differs.
+    Checkpoints of format 1 (before digests) pass unverified.
+    """
+    path = Path(path)
+    digests_file = path / "digests.json"
+    if not digests_file.is_file():
+        if read_checkpoint_state(path, verified=True).get("format") == 1:
+            return
+        raise _corrupt(path, "digests.json is missing")
+    try:
+        digests = json.loads(digests_file.read_text(encoding="utf-8"))
+        items = sorted(digests.items())
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise _corrupt(path, f"digests.json is not readable ({e})") from None
+    for name, expected in items:
+        file = path / name
+        if not file.is_file():
+            raise _corrupt(path, f"{name} is missing")
+        if _sha256(file) != expected:
+            raise _corrupt(path, f"{name} does not match the SHA-256 written when it was saved")
+
+
+def read_checkpoint_state(path: str | Path, *, verified: bool = False) -> dict:
+    """Return the JSON part of a checkpoint (step, configs, history...), checking it is readable.
+
+    Unless `verified`, the checkpoint's digests are checked first (`verify_checkpoint`).
+    """
     path = Path(path)
     state_file = path / "state.json"
     if not state_file.is_file():
         raise ValueError(f"{path} is not a bertlab checkpoint (no state.json); pass a folder "
                          f"written by save_checkpoint, e.g. RUN/checkpoints/step-00001000")
+    if not verified:
+        verify_checkpoint(path)
     try:
         state = json.loads(state_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"checkpoint {path} is corrupt: state.json is not valid JSON ({e}); "
-                         f"delete this folder and use an older checkpoint") from e
-    if state.get("format") != CHECKPOINT_FORMAT:
+        raise _corrupt(path, f"state.json is not valid JSON ({e})") from None
+    if state.get("format") not in (1, CHECKPOINT_FORMAT):
         raise ValueError(f"checkpoint {path} has format {state.get('format')!r}; this bertlab "
-                         f"reads format {CHECKPOINT_FORMAT}")
+                         f"reads formats 1 and {CHECKPOINT_FORMAT}")
     return state
 
 
 def load_checkpoint(path: str | Path, model: nn.Module,
                     optimizer: torch.optim.Optimizer | None = None, *,
-                    scaler: torch.amp.GradScaler | None = None) -> dict:
+                    scaler: torch.amp.GradScaler | None = None, verify: bool = True) -> dict:
     """Return the checkpoint's state dict after loading its weights into `model` (and optimizer).
 
+    Every file is first checked against the digests written at save time (`CorruptCheckpoint`
+    if one differs; `verify=False` skips that for a checkpoint just verified); weights that are not finite (a run saved after it diverged) are refused.
     The model must have the configuration the checkpoint was trained with; otherwise this raises
-    a ValueError naming both values (e.g. vocab_size 8192 vs 4096). Only safetensors and JSON are
-    read: nothing is unpickled. Random-generator states come back under "rng" (tensors); the
+    a ValueError naming both values (e.g. vocab_size 8192 vs 4096). Only safetensors and JSON
+    are read: nothing is unpickled. Random-generator states come back under "rng" (tensors); the
     caller decides whether to restore them (`train_loop` does, for exact resumes).
 
     Taught in notebooks/05_pretraining.ipynb
     """
     path = Path(path)
-    state = read_checkpoint_state(path)
+    state = read_checkpoint_state(path, verified=not verify)
     current = _model_config(model)
     if state.get("model_class") != type(model).__name__:
         raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, but the model "
@@ -570,8 +660,12 @@ def load_checkpoint(path: str | Path, model: nn.Module,
         rng_file = path / "rng.safetensors"
         rng = load_file(str(rng_file)) if rng_file.exists() else {}
     except (SafetensorError, OSError, RuntimeError) as e:
-        raise ValueError(f"checkpoint {path} is corrupt or unreadable ({e}); delete this folder "
-                         f"and use an older checkpoint") from e
+        raise _corrupt(path, f"its files cannot be read ({e})") from e
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise ValueError(f"checkpoint {path} holds non-finite weights (NaN or inf in {bad[0]}"
+                         f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}): the run had "
+                         f"diverged before it was saved; use an older checkpoint")
     if optimizer is not None:
         per_param: dict[int, dict] = {}
         for key, value in flat.items():
@@ -597,13 +691,16 @@ def load_checkpoint(path: str | Path, model: nn.Module,
     return state
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Return the complete checkpoints of a run, oldest first (half-written ones never count)."""
-    folder = Path(run_dir) / "checkpoints"
+def _complete_checkpoints(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir() if _CHECKPOINT_NAME.match(p.name) and p.is_dir()]
     return sorted(found, key=lambda p: p.name)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first (half-written ones never count)."""
+    return _complete_checkpoints(Path(run_dir) / "checkpoints")
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -612,28 +709,55 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
+    """Return the newest checkpoint of a run whose files match their digests (None: no checkpoint).
+
+    A newer checkpoint that fails verification is skipped with a warning that names it and the
+    one used instead. If every checkpoint fails, the CorruptCheckpoint error of the newest is
+    raised.
+    """
+    found = list_checkpoints(run_dir)
+    first_error: CorruptCheckpoint | None = None
+    for path in reversed(found):
+        try:
+            verify_checkpoint(path)
+        except CorruptCheckpoint as e:
+            first_error = first_error or e
+            continue
+        if first_error is not None:
+            warnings.warn(f"{first_error} Using {path.name} instead, the newest checkpoint that "
+                          f"verifies.", stacklevel=2)
+        return path
+    if first_error is not None:
+        raise first_error
+    return None
+
+
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
              device: str | torch.device = "cpu") -> tuple[BertForPreTraining, Any]:
-    """Return (model, tokenizer) of a pretraining run folder, from its newest checkpoint.
+    """Return (model, tokenizer) of a pretraining run folder, from its newest sound checkpoint.
 
     The model is rebuilt from the config stored in the checkpoint; the tokenizer is the
-    `tokenizer.json` the CLI saves in the run folder (None if absent).
+    `tokenizer.json` the CLI saves in the run folder (None if absent). Without `checkpoint`, a
+    newest checkpoint that fails its digests is skipped, with a warning, for the newest one that
+    verifies.
 
     Taught in notebooks/05_pretraining.ipynb
     """
     from bertlab.tokenizer import load_tokenizer
 
     run_dir = Path(run_dir)
-    path = Path(checkpoint) if checkpoint is not None else latest_checkpoint(run_dir)
+    path = Path(checkpoint) if checkpoint is not None else latest_verified_checkpoint(run_dir)
     if path is None:
         raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
                          f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab pretrain")
-    state = read_checkpoint_state(path)
+    verify_checkpoint(path)
+    state = read_checkpoint_state(path, verified=True)
     if state.get("model_class") != "BertForPreTraining" or not state.get("model_config"):
         raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, not a "
                          f"BertForPreTraining")
     model = BertForPreTraining(BertConfig.from_dict(state["model_config"])).to(device)
-    load_checkpoint(path, model)
+    load_checkpoint(path, model, verify=False)
     model.eval()
     tok_file = run_dir / "tokenizer.json"
     return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
@@ -697,31 +821,57 @@ class TrainResult:
 
 
 def _write_history(out_dir: Path, history: list[dict]) -> None:
-    _write_json(out_dir / "history.json", history)
+    atomic_write_json(out_dir / "history.json", history)
     columns: list[str] = []
     for row in history:
         columns += [k for k in row if k not in columns]
-    with open(out_dir / "history.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(history)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    atomic_write_text(out_dir / "history.csv", table.getvalue())
 
 
-def _prepare_out_dir(out_dir: str | Path | None, resume: bool) -> Path | None:
+def check_run_folder(out_dir: str | Path | None, resume: bool) -> Path | None:
+    """Return the run folder as a Path after checking that a run may start (or resume) there.
+
+    A new run needs a missing or empty folder, or a run folder without checkpoints (a start
+    that failed before its first save). Resuming needs a run with a checkpoint. Anything else
+    (checkpoints of another run, prepared shards, a Hugging Face export, your own files, a
+    file) raises a ValueError that says what is there; nothing is written.
+    """
     if out_dir is None:
         if resume:
             raise ValueError("resume=True needs out_dir (the run folder to resume from)")
         return None
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir {out} is a file, not a folder; choose a folder path")
-    if resume and latest_checkpoint(out) is None:
-        raise ValueError(f"resume=True but {out} has no checkpoint in {out / 'checkpoints'}; "
-                         f"run without resume to start a new run")
-    if not resume and latest_checkpoint(out) is not None:
+    check_output_folder(out, "out_dir (--out)", accept=("run",))
+    has_checkpoint = latest_checkpoint(out) is not None
+    if resume and not has_checkpoint:
+        raise ValueError(f"resume=True (--resume) but {out} has no checkpoint in "
+                         f"{out / 'checkpoints'}; run without resume to start a new run")
+    if not resume and has_checkpoint:
         raise ValueError(f"{out} already holds checkpoints of a run; pass resume=True "
-                         f"(--resume) to continue it, or choose an empty out_dir")
+                         f"(--resume) to continue it, or choose an empty out_dir (nothing was "
+                         f"written)")
     return out
+
+
+def _check_resume(saved: dict, checkpoint: Path, config: TrainConfig, data_seed: int | None,
+                  examples: int | None) -> None:
+    # What decides which examples each step sees: a resume that changes any of them would
+    # silently train on another sequence of batches than the run it continues.
+    train = saved.get("train_config") or {}
+    checks = [("batch_size", train.get("batch_size"), config.batch_size, "--batch-size"),
+              ("grad_accum", train.get("grad_accum"), config.grad_accum, "--grad-accum"),
+              ("data seed", saved.get("data_seed"), data_seed, "--data-seed"),
+              ("number of training examples", saved.get("train_examples"), examples,
+               "the same corpus and --max-seq-len")]
+    for name, before, now, fix in checks:
+        if before is not None and now is not None and before != now:
+            raise ValueError(f"checkpoint {checkpoint} was trained with {name} {before}, this "
+                             f"resume has {now}; an exact resume needs the same value (use "
+                             f"{fix} as in the original run), or start a new run")
 
 
 def _check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> None:
@@ -732,6 +882,65 @@ def _check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> No
             f"{config.batch_size} with grad_accum={config.grad_accum} on {world} process(es) "
             f"needs {config.batch_size / (config.grad_accum * world):g} per batch; build the "
             f"loader with batch_size=batch_size // (grad_accum x processes)")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training was stopped by a signal other than Ctrl-C; `signum` says which (e.g. SIGTERM).
+
+    A KeyboardInterrupt, so everything that handles Ctrl-C (save a checkpoint, then stop)
+    handles it the same way. The CLI exits with 128 + signum (143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    # SIGTERM is what cluster schedulers, `docker stop` and `kill` send before killing: treat it
+    # like Ctrl-C (save, then stop) instead of dying with the steps since the last checkpoint.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _run_folder_held(out: Path | None, resume: bool, is_main: bool) -> Iterator[None]:
+    # One process per run folder: two runs writing the same checkpoints would destroy each
+    # other. Checked again once the lock is held, in case another run wrote in between.
+    if out is None or not is_main:
+        yield
+        return
+    with FolderLock(out, "run folder"):
+        check_run_folder(out, resume)
+        (out / "checkpoints").mkdir(exist_ok=True)
+        yield
+
+
+def _resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
+    # The newest checkpoint that verifies. Newer ones that fail are moved aside (renamed, never
+    # deleted), so later saves and keep_checkpoints never mistake them for the run's newest.
+    if is_main:
+        good = latest_verified_checkpoint(out)
+        for bad in list_checkpoints(out):
+            if bad.name > good.name:
+                aside = bad.with_name(f"corrupt-{bad.name}")
+                os.replace(bad, aside)
+                warnings.warn(f"moved the corrupt checkpoint {bad.name} aside to {aside}",
+                              stacklevel=3)
+    if world > 1:
+        dist.barrier()
+    return latest_checkpoint(out)
 
 
 class _DataPosition:
@@ -808,9 +1017,7 @@ def train_loop(
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     _check_loader_batch(train_loader, config, world)
-    out = _prepare_out_dir(out_dir, resume)
-    if out is not None and is_main:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+    out = check_run_folder(out_dir, resume)
     model.to(device)
     if device.type == "cuda":  # TF32 matmuls for whatever autocast leaves in fp32
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -819,20 +1026,20 @@ def train_loop(
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     s: dict[str, Any] = {"step": 0, "epoch": 0, "offset": 0, "tokens": 0, "elapsed_s": 0.0,
                          "history": []}
-    data_seed = getattr(getattr(train_loader, "dataset", None), "seed", None)
+    dataset = getattr(train_loader, "dataset", None)
+    data_seed = getattr(dataset, "seed", None)
+    examples = len(dataset) if hasattr(dataset, "__len__") else None
 
     # Dropout draws from torch's global generator: fork it, so this run's stream is a function of
     # (seed, rank) and the caller's generator is left as it was.
     cuda_devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda_devices):
+    with _run_folder_held(out, resume, is_main), _sigterm_as_interrupt(), \
+            torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(config.seed + rank)
         if resume:
-            ckpt = latest_checkpoint(out)
-            saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler)
-            if data_seed is not None and saved.get("data_seed") not in (None, data_seed):
-                raise ValueError(f"checkpoint {ckpt} was trained on data seed "
-                                 f"{saved['data_seed']}, the loader has seed {data_seed}; "
-                                 f"build the loader with seed={saved['data_seed']} to resume")
+            ckpt = _resume_checkpoint(out, is_main, world)
+            saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
+            _check_resume(saved, ckpt, config, data_seed, examples)
             s.update({k: saved[k] for k in s})
             if saved.get("world_size") == world:
                 _restore_rng(saved["rng"], device, rank)
@@ -885,8 +1092,8 @@ def train_loop(
             if out is None or not is_main:
                 return None
             state = {**s, "epoch": position[0], "offset": position[1], "data_seed": data_seed,
-                     "world_size": world, "train_config": config.to_dict(),
-                     "python_random": list(random.getstate())}
+                     "train_examples": examples, "world_size": world,
+                     "train_config": config.to_dict(), "python_random": list(random.getstate())}
             path = save_checkpoint(out / "checkpoints" / f"step-{s['step']:08d}", model,
                                    optimizer, state=state, rng=rngs, scaler=scaler)
             for old in list_checkpoints(out)[:-config.keep_checkpoints]:
@@ -939,8 +1146,8 @@ def train_loop(
                     last = latest_checkpoint(out) if out is not None else None
                     raise FloatingPointError(
                         f"training loss is {loss_value} at step {s['step']}; stopped before the "
-                        f"update. Last good checkpoint: {last}. Lower lr (now {lr:.3g}) or check "
-                        f"the data for bad batches")
+                        f"update. Newest checkpoint: {last}. The run diverged: lower lr (now "
+                        f"{lr:.3g}) or check the data for bad batches")
                 if config.grad_clip is not None:
                     scaler.unscale_(optimizer)
                     nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -971,11 +1178,21 @@ def train_loop(
                     run_eval()
                 if config.checkpoint_interval and s["step"] % config.checkpoint_interval == 0:
                     checkpoint = save(position, rng)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             if out is not None:
-                path = save(position, rng)
+                how = signal.Signals(getattr(stop, "signum", signal.SIGINT)).name
+                try:
+                    path = save(position, rng)
+                except KeyboardInterrupt:
+                    newest = latest_checkpoint(out)
+                    if is_main:
+                        tqdm.write(f"{how}, then a second interrupt during the save: the "
+                                   f"checkpoint of step {s['step']} was abandoned (no partial "
+                                   f"files are left); the newest complete checkpoint on disk is "
+                                   f"{newest or 'none'}")
+                    raise stop from None
                 if is_main:
-                    tqdm.write(f"interrupted at step {s['step']}: checkpoint saved to {path}; "
+                    tqdm.write(f"{how} at step {s['step']}: checkpoint saved to {path}; "
                                f"continue with resume=True (--resume)")
             raise
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -261,7 +262,7 @@ def test_checkpoint_holds_tied_weights_once_and_no_pickles(tok, tmp_path):
     model = make_model(tok)
     path = save_checkpoint(tmp_path / "ck", model, build_optimizer(model, TrainConfig()),
                            state={"step": 0})
-    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors",
+    assert sorted(p.name for p in path.iterdir()) == ["digests.json", "model.safetensors",
                                                       "optimizer.safetensors", "state.json"]
     with safe_open(str(path / "model.safetensors"), "pt") as f:
         keys = list(f.keys())
@@ -315,13 +316,126 @@ def test_corrupt_checkpoint_is_a_clear_error(tok, tmp_path):
     path = save_checkpoint(tmp_path / "ck", model, state={"step": 0})
     data = (path / "model.safetensors").read_bytes()
     (path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="corrupt"):
+    with pytest.raises(ValueError, match="corrupt.*model.safetensors"):
         load_checkpoint(path, make_model(tok))
+    (path / "model.safetensors").write_bytes(data)
     (path / "state.json").write_text("{not json")
     with pytest.raises(ValueError, match="corrupt.*state.json"):
         load_checkpoint(path, make_model(tok))
     with pytest.raises(ValueError, match="not a bertlab checkpoint"):
         load_checkpoint(tmp_path, make_model(tok))
+
+
+def _flip_one_byte(file, offset=-100):
+    data = bytearray(file.read_bytes())
+    data[offset] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_named_corrupt_and_load_run_falls_back(tok, examples, tmp_path):
+    train, _ = loaders(examples, tok)
+    config = quiet(max_steps=4, checkpoint_interval=2, keep_checkpoints=3)
+    pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "run")
+    older, newest = list_checkpoints(tmp_path / "run")
+    _flip_one_byte(newest / "model.safetensors")  # same size, one weight changed
+    with pytest.raises(train_mod.CorruptCheckpoint, match="model.safetensors does not match"):
+        load_checkpoint(newest, make_model(tok))
+    with pytest.warns(UserWarning, match=r"step-00000004 is corrupt.*Using step-00000002"):
+        model, _ = load_run(tmp_path / "run")
+    expected = make_model(tok)
+    load_checkpoint(older, expected)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 expected.state_dict().values(), strict=True))
+    _flip_one_byte(older / "optimizer.safetensors")
+    with pytest.raises(train_mod.CorruptCheckpoint, match="step-00000004"):  # none verifies
+        load_run(tmp_path / "run")
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint_and_moves_it_aside(tok, examples, tmp_path):
+    config = quiet(max_steps=6, checkpoint_interval=2, keep_checkpoints=5)
+    train, _ = loaders(examples, tok)
+    full = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "full")
+    train, _ = loaders(examples, tok)
+    pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "run")
+    shutil.rmtree(tmp_path / "run" / "checkpoints" / "step-00000006")  # as if stopped at step 4
+    _flip_one_byte(tmp_path / "run" / "checkpoints" / "step-00000004" / "state.json", 10)
+    train, _ = loaders(examples, tok)
+    with pytest.warns(UserWarning) as caught:
+        resumed = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "run",
+                           resume=True)
+    said = [str(w.message) for w in caught]
+    assert any("step-00000004 is corrupt" in m and "Using step-00000002" in m for m in said)
+    assert any("moved the corrupt checkpoint step-00000004 aside" in m for m in said)
+    assert resumed.first_step == 2
+    assert resumed.step_losses == pytest.approx(full.step_losses[2:], abs=1e-6)
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["corrupt-step-00000004", "step-00000002", "step-00000004", "step-00000006"]
+
+
+def test_non_finite_weights_are_refused_on_load(tok, tmp_path):
+    model = make_model(tok)
+    with torch.no_grad():
+        model.nsp.weight[0, 0] = float("nan")
+    path = save_checkpoint(tmp_path / "ck", model, state={"step": 0})  # digests match: not corrupt
+    with pytest.raises(ValueError, match=r"non-finite weights \(NaN or inf in nsp.weight\)"):
+        load_checkpoint(path, make_model(tok))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"batch_size": 4}, "batch_size 8, this resume has 4"),
+    ({"seed": 5}, "data seed 0, this resume has 5"),
+    ({"n_train": 24}, "number of training examples 40, this resume has 24"),
+])
+def test_resume_that_would_not_be_exact_is_refused_naming_both_values(tok, examples, tmp_path,
+                                                                      change, message):
+    train, _ = loaders(examples, tok, n_train=40)
+    pretrain(make_model(tok), train, None, quiet(max_steps=2), out_dir=tmp_path / "run")
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    batch = change.get("batch_size", 8)
+    train = pretraining_loader(examples[: change.get("n_train", 40)], tok, split=None,
+                               batch_size=batch, seed=change.get("seed", 0))
+    with pytest.raises(ValueError, match=message):
+        pretrain(make_model(tok), train, None, quiet(max_steps=4, batch_size=batch),
+                 out_dir=tmp_path / "run", resume=True)
+    after = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_a_second_run_on_a_locked_folder_is_refused(tok, examples, tmp_path):
+    import subprocess
+    import sys
+
+    train, _ = loaders(examples, tok)
+    (tmp_path / "run").mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from bertlab.util import FolderLock\n"
+         f"with FolderLock({str(tmp_path / 'run')!r}):\n print('held', flush=True); "
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=rf"in use by process {holder.pid}\b"):
+            pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "run")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "run")  # free
+
+
+def test_a_full_disk_during_a_save_names_the_checkpoint_that_survives(tok, tmp_path, monkeypatch):
+    model = make_model(tok)
+    good = save_checkpoint(tmp_path / "checkpoints" / "step-00000001", model, state={"step": 1})
+
+    def full(*args, **kwargs):
+        raise train_mod.SafetensorError(
+            'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+            '"No space left on device" })')
+
+    monkeypatch.setattr(train_mod, "save_file", full)
+    with pytest.raises(OSError, match=r"no space left.*step-00000002.*still .*step-00000001"):
+        save_checkpoint(tmp_path / "checkpoints" / "step-00000002", model,
+                        build_optimizer(model, TrainConfig()), state={"step": 2})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name]
 
 
 def test_out_dir_problems(tok, examples, tmp_path):
@@ -354,6 +468,7 @@ def test_loader_batch_must_fit_the_global_batch(tok, examples):
     ({"warmup_fraction": 1.5}, r"warmup_fraction must be in \[0, 1\)"),
     ({"device": "gpu"}, "device='gpu'"),
     ({"betas": (0.9, 1.5)}, "betas"),
+    ({"warmup_steps": 5000, "max_steps": 10}, "never leave warmup"),
 ])
 def test_train_config_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
