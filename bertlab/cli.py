@@ -9,14 +9,26 @@ Taught in notebooks/05_pretraining.ipynb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import json
+import errno
 import shutil
+import signal
 import sys
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from bertlab.util import (
+    LOCK_NAME,
+    FolderLock,
+    atomic_write_json,
+    check_output_folder,
+    describe_kind,
+    folder_kind,
+)
 
 EXAMPLES = (
     "the [MASK] fell sharply on wall street.",
@@ -71,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m bertlab",
         description="bertlab: BERT pretraining, built step by step. Pretrain on the embedded BBC "
                     "corpus or your own text, export to Hugging Face, try fill-mask.",
-        epilog="Several GPUs: torchrun --nproc_per_node=N -m bertlab pretrain ...")
+        epilog="Several GPUs: torchrun --nproc_per_node=N -m bertlab pretrain ... Exit status: "
+               "0 done; 2 bad input (one 'error:' line, nothing written); 1 the run failed "
+               "(NaN loss, disk full); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("prepare", help="tokenize a corpus into NSP shards on disk",
@@ -187,21 +201,40 @@ def _say(*args: Any) -> None:
         print(*args, flush=True)
 
 
+@contextlib.contextmanager
+def _writing_into(out: Path, what: str) -> Iterator[None]:
+    """Hold `FolderLock(out, what)` for the block. If the block fails while `out` holds nothing
+    but the lock, the folders the lock had to create are removed again: a refusal leaves no trace.
+    """
+    new_folders = []
+    for folder in [out.absolute(), *out.absolute().parents]:
+        if folder.exists():
+            break
+        new_folders.append(folder)
+    try:
+        with FolderLock(out, what):
+            yield
+    except BaseException:
+        if new_folders and folder_kind(out) == "empty":
+            (out / LOCK_NAME).unlink(missing_ok=True)
+            for folder in new_folders:
+                with contextlib.suppress(OSError):  # not empty: something else wrote there
+                    folder.rmdir()
+        raise
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Write NSP shards and the tokenizer for `--corpus` into `--out`."""
-    from bertlab.data import iter_documents, prepare_shards
-    from bertlab.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+    from bertlab.data import prepare_command
 
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
-    if args.tokenizer:
-        tok = load_tokenizer(args.tokenizer)
-    else:
-        tok = train_tokenizer(iter_documents(args.corpus), vocab_size=args.vocab_size)
-    summary = prepare_shards(args.corpus, tok, out, max_seq_len=args.max_seq_len, seed=args.seed,
-                             shard_size=args.shard_size)
-    save_tokenizer(tok, out / "tokenizer.json")
+    # Before the tokenizer is trained (minutes on a large corpus), not after.
+    check_output_folder(out, "--out")
+    with _writing_into(out, "shard folder"):
+        check_output_folder(out, "--out")  # another process may have written there meanwhile
+        summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
+                                  seed=args.seed, vocab_size=args.vocab_size,
+                                  shard_size=args.shard_size)
     for split, meta in summary["splits"].items():
         print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens, "
               f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
@@ -210,30 +243,60 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_shard_folder(path: Path) -> bool:
-    return (path / "meta.json").is_file() or (path / "train" / "meta.json").is_file()
+def _same_vocabulary(tok: Any, name: str, reference: Any, reference_name: str, fix: str) -> None:
+    if tok.get_vocab() == reference.get_vocab():
+        return
+    size, other = tok.get_vocab_size(), reference.get_vocab_size()
+    detail = (f"{size} vs {other} tokens" if size != other
+              else f"both have {size} tokens, but not the same ones")
+    raise ValueError(f"{name} is not the vocabulary of {reference_name}: {detail}; {fix}")
 
 
-def _pretraining_data(args: argparse.Namespace, per_rank_batch: int, world: int,
-                      device_type: str):
-    """Return (tokenizer, train_loader, val_loader or None) for the pretrain subcommand."""
-    from bertlab.corpus import load_corpus, split_documents
-    from bertlab.data import pretraining_loader
+def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, shards: bool,
+                           docs: list | None) -> Any:
+    """Return the tokenizer of the pretrain subcommand: the run's when resuming, else --tokenizer,
+    else the shard folder's, else one trained on the corpus."""
     from bertlab.tokenizer import load_tokenizer, train_tokenizer
 
-    corpus = Path(args.corpus)
-    shards = corpus.is_dir() and _is_shard_folder(corpus)
-    docs = None if shards else load_corpus(args.corpus)
-    if args.tokenizer:
-        tok = load_tokenizer(args.tokenizer)
-    elif (Path(args.out) / "tokenizer.json").is_file() and args.resume:
-        tok = load_tokenizer(Path(args.out) / "tokenizer.json")
-    elif shards:
-        if not (corpus / "tokenizer.json").is_file():
-            raise ValueError(f"shard folder {corpus} has no tokenizer.json; pass --tokenizer")
-        tok = load_tokenizer(corpus / "tokenizer.json")
+    given = load_tokenizer(args.tokenizer) if args.tokenizer is not None else None
+    shard_tok = None
+    if shards and (corpus / "tokenizer.json").is_file():
+        shard_tok = load_tokenizer(corpus / "tokenizer.json")
+    elif shards and given is None:
+        raise ValueError(f"--corpus {corpus}: the shard folder has no tokenizer.json; pass "
+                         f"--tokenizer with the tokenizer the shards were prepared with")
+    run_file = out / "tokenizer.json"
+    if args.resume and run_file.is_file():
+        tok = load_tokenizer(run_file)
+        if given is not None:
+            _same_vocabulary(given, f"--tokenizer {args.tokenizer}", tok, f"the run ({run_file})",
+                             "drop --tokenizer to continue with the run's own, or start a new "
+                             "run in another folder (nothing was written)")
+    elif given is not None:
+        tok = given
+    elif shard_tok is not None:
+        tok = shard_tok
+    elif args.resume:
+        raise ValueError(f"--resume: {out} has no tokenizer.json, so the vocabulary the run was "
+                         f"trained with is unknown; pass --tokenizer with that tokenizer.json")
     else:
         tok = train_tokenizer(docs, vocab_size=args.vocab_size)
+    if shard_tok is not None and tok is not shard_tok:
+        # The shards hold token ids: read with another vocabulary they are other words.
+        _same_vocabulary(tok, f"the tokenizer ({args.tokenizer or run_file})", shard_tok,
+                         f"the shards in {corpus} ({corpus / 'tokenizer.json'})",
+                         "use the tokenizer the shards were prepared with, or prepare them "
+                         "again with this one")
+    return tok
+
+
+def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
+                      docs: list | None, per_rank_batch: int, world: int,
+                      device_type: str) -> tuple[Any, Any]:
+    """Return (train_loader, val_loader or None) for the pretrain subcommand."""
+    from bertlab.corpus import split_documents
+    from bertlab.data import pretraining_loader
+
     common = dict(batch_size=per_rank_batch, max_seq_len=args.max_seq_len, seed=args.data_seed,
                   num_workers=args.num_workers, pad_to_multiple_of=8 if device_type == "cuda"
                   else None)
@@ -241,7 +304,7 @@ def _pretraining_data(args: argparse.Namespace, per_rank_batch: int, world: int,
     train = pretraining_loader(source, tok, split="train",
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one).
-    has_validation = (_is_shard_folder(corpus / "validation") if shards
+    has_validation = (folder_kind(corpus / "validation") == "shards" if shards
                       else len(split_documents(docs)["validation"]) >= 2)
     val = None
     if has_validation:
@@ -255,7 +318,7 @@ def _pretraining_data(args: argparse.Namespace, per_rank_batch: int, world: int,
         train.pin_memory = True
         if val is not None:
             val.pin_memory = True
-    return tok, train, val
+    return train, val
 
 
 def _history_table(history: list[dict], baseline: float | None = None) -> str:
@@ -275,33 +338,78 @@ def _history_table(history: list[dict], baseline: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def _set_threads(n: int) -> None:
+def _check_threads(n: int | None) -> None:
+    if n is not None and n < 1:
+        raise ValueError(f"--threads {n}: pass a positive number of CPU threads (or leave it "
+                         f"out for the default)")
+
+
+@contextlib.contextmanager
+def _locked_run_folder(out: Path, resume: bool, rank: int, world: int) -> Iterator[None]:
+    """Hold the run folder's lock (rank 0) for the block, after checking the folder again: another
+    process may have written there since the first check. Under torchrun every rank gets rank 0's
+    refusal, so none waits forever for a partner that has left."""
     import torch
 
-    if n < 1:
-        raise ValueError(f"--threads {n}: pass a positive number of CPU threads")
-    torch.set_num_threads(n)
+    from bertlab.train import check_run_folder
+
+    lock = contextlib.ExitStack()
+    refusal = None
+    if rank == 0:
+        try:
+            lock.enter_context(_writing_into(out, "run folder"))
+            check_run_folder(out, resume, flag="--out")
+        except ValueError as e:
+            lock.close()
+            refusal = str(e)
+    if world > 1:
+        shared = [refusal]
+        torch.distributed.broadcast_object_list(shared, src=0)
+        refusal = shared[0]
+    if refusal is not None:
+        raise ValueError(refusal)
+    with lock:
+        yield
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    """Pretrain on `--corpus` into `--out` (single process or under torchrun)."""
+    """Pretrain on `--corpus` into `--out` (single process or under torchrun).
+
+    Everything is checked (settings, the folder, the tokenizer, the data) before anything is
+    written; a refused command leaves `--out` as it was.
+    """
     import torch
 
+    from bertlab.corpus import load_corpus
     from bertlab.model import BertConfig, BertForPreTraining
     from bertlab.tokenizer import save_tokenizer
-    from bertlab.train import TrainConfig, init_distributed, pretrain, resolve_device
+    from bertlab.train import (
+        TrainConfig,
+        check_run_folder,
+        init_distributed,
+        pretrain,
+        resolve_device,
+    )
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
-    if args.threads:
-        _set_threads(args.threads)
+    out, corpus = Path(args.out), Path(args.corpus)
+    _check_threads(args.threads)
+    if args.num_workers < 0:
+        raise ValueError(f"--num-workers {args.num_workers}: pass 0 (load in the main process) "
+                         f"or a positive number of worker processes")
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     given = {k: v for k, v in vars(args).items() if k in train_fields}
     if "max_minutes" in given and "max_steps" not in given:
         given["max_steps"] = None  # --minutes alone: the time budget decides
     config = TrainConfig(**given)
     overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
+    settings = {"max_position_embeddings": max(512, args.max_seq_len), **overrides}
+    # The vocabulary size comes from the tokenizer later; every other model setting is checked now.
+    probe = BertConfig.preset(args.preset, vocab_size=8, **settings)
+    if args.max_seq_len > probe.max_position_embeddings:
+        raise ValueError(f"--max-seq-len {args.max_seq_len} is longer than "
+                         f"--max-position-embeddings {probe.max_position_embeddings}: the model "
+                         f"has no position for the tokens beyond; lower --max-seq-len or raise "
+                         f"--max-position-embeddings")
     rank, world = init_distributed()
     device = resolve_device(config.device)
     per_rank, rest = divmod(config.batch_size, config.grad_accum * world)
@@ -309,24 +417,28 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size {config.batch_size} cannot be split over "
                          f"--grad-accum {config.grad_accum} x {world} process(es); use a "
                          f"multiple of {config.grad_accum * world}")
-    tok, train, val = _pretraining_data(args, per_rank, world, device.type)
-    settings = {"max_position_embeddings": max(512, args.max_seq_len), **overrides}
+    check_run_folder(out, args.resume, flag="--out")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    shards = folder_kind(corpus) == "shards"
+    docs = None if shards else load_corpus(args.corpus)
+    tok = _pretraining_tokenizer(args, out, corpus, shards, docs)
+    train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type)
     model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **settings)
     model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(config.seed))
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-        if not args.resume:
-            save_tokenizer(tok, out / "tokenizer.json")
-        run = {k: v for k, v in vars(args).items() if k != "func"}
-        (out / "run.json").write_text(json.dumps({"args": run, "model": model_config.to_dict(),
-                                                  "train": config.to_dict()}, indent=1))
-    n_params = sum(p.numel() for p in model.parameters())
-    _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
-         f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device {device}, "
-         f"{world} process(es)")
     try:
-        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
-                          nsp=args.nsp)
+        with _locked_run_folder(out, args.resume, rank, world):
+            if rank == 0 and not args.resume:  # a resumed run keeps its own files
+                save_tokenizer(tok, out / "tokenizer.json")
+                run = {k: v for k, v in vars(args).items() if k != "func"}
+                atomic_write_json(out / "run.json", {"args": run, "model": model_config.to_dict(),
+                                                     "train": config.to_dict()})
+            n_params = sum(p.numel() for p in model.parameters())
+            _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
+                 f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
+                 f"{device}, {world} process(es)")
+            result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
+                              nsp=args.nsp)
         _say(_history_table(result.history))
         _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
              f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
@@ -339,24 +451,57 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_any(model_dir: str | Path):
-    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder."""
+_MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
+                "hf": "a Hugging Face folder (from export-hf)"}
+
+
+def _model_folder(path: Path, accept: tuple[str, ...]) -> str:
+    """Return the `folder_kind` of a model folder after checking it is one of `accept` ("run" with
+    a checkpoint, "hf"), or raise a ValueError saying what is there instead."""
+    from bertlab.train import latest_checkpoint
+
+    kind = folder_kind(path)
+    wanted = " or ".join(_MODEL_KINDS[k] for k in accept)
+    if kind == "run" and latest_checkpoint(path) is None:
+        raise ValueError(f"run folder {path} has no checkpoint yet (looked in "
+                         f"{path / 'checkpoints'}); train first, or wait for the run's first "
+                         f"checkpoint")
+    if kind in accept:
+        return kind
+    if kind in ("missing", "file"):
+        what = "it does not exist" if kind == "missing" else "it is a file"
+        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
+    if "hf" in accept:
+        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
+                         f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
+    raise ValueError(f"{path} has no checkpoint: it holds {describe_kind(kind)}; pass {wanted}")
+
+
+def _check_vocab(model: Any, tok: Any, path: Path, exact: bool) -> None:
+    size, model_size = tok.get_vocab_size(), model.config.vocab_size
+    if size > model_size or (exact and size != model_size):
+        raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's vocabulary "
+                         f"has {model_size}, so it is not the tokenizer the model was trained "
+                         f"with; put that one there (tokenizer.json)")
+
+
+def _load_any(model_dir: str | Path) -> tuple[Any, Any]:
+    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder, after
+    checking that the tokenizer fits the model and the weights are finite."""
     from bertlab.hf import load_hf, load_hf_tokenizer
     from bertlab.train import load_run
 
     path = Path(model_dir)
-    if not path.is_dir():
-        raise ValueError(f"{path} is not a folder; pass a run folder (from pretrain) or a "
-                         f"Hugging Face folder (from export-hf)")
-    if (path / "checkpoints").is_dir():
+    if _model_folder(path, ("run", "hf")) == "run":
         model, tok = load_run(path)
-    elif (path / "config.json").is_file():
-        model, tok = load_hf(path), load_hf_tokenizer(path)
+        if tok is None:
+            raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
+                             f"the run was trained with (e.g. from its shard folder)")
     else:
-        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
-                         f"folder (no config.json)")
-    if tok is None:
-        raise ValueError(f"{path} has no tokenizer.json; fill-mask needs the tokenizer")
+        model, tok = load_hf(path), load_hf_tokenizer(path)
+    # A smaller tokenizer is fine (a vocabulary padded for speed); ids past the embedding table
+    # would index out of range inside the model.
+    _check_vocab(model, tok, path, exact=False)
     return model, tok
 
 
@@ -365,10 +510,19 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     from bertlab.hf import save_hf
     from bertlab.train import load_run
 
-    model, tok = load_run(args.run_dir)
-    save_hf(model, tok, args.out_dir)
-    print(f"wrote {args.out_dir}: load it with transformers.BertForPreTraining."
-          f"from_pretrained({str(args.out_dir)!r}) or bertlab.load_hf")
+    run_dir, out_dir = Path(args.run_dir), Path(args.out_dir)
+    _model_folder(run_dir, ("run",))
+    if not (run_dir / "tokenizer.json").is_file():
+        raise ValueError(f"run folder {run_dir} has no tokenizer.json, and a Hugging Face folder "
+                         f"without its tokenizer is of no use; copy in the tokenizer the run was "
+                         f"trained with (e.g. from its shard folder), then export again")
+    replacing = check_output_folder(out_dir, "out_dir", accept=("hf",)) == "hf"
+    model, tok = load_run(run_dir)
+    _check_vocab(model, tok, run_dir, exact=True)
+    save_hf(model, tok, out_dir)
+    print(f"{'replaced the previous export in' if replacing else 'wrote'} {out_dir}: load it "
+          f"with transformers.BertForPreTraining.from_pretrained({str(out_dir)!r}) or "
+          f"bertlab.load_hf")
     return 0
 
 
@@ -384,8 +538,14 @@ def cmd_fill_mask(args: argparse.Namespace) -> int:
     """Print the top-k guesses for each [MASK] in the text."""
     from bertlab.train import fill_mask
 
+    if args.top_k < 1:
+        raise ValueError(f"--top-k {args.top_k}: pass how many guesses to show per [MASK] (>= 1)")
     model, tok = _load_any(args.model_dir)
-    print(_format_guesses(args.text, fill_mask(model, tok, args.text, top_k=args.top_k)))
+    try:
+        guesses = fill_mask(model, tok, args.text, top_k=args.top_k)
+    except ValueError as e:
+        raise ValueError(f"{args.model_dir}: {e}") from None
+    print(_format_guesses(args.text, guesses))
     return 0
 
 
@@ -405,22 +565,53 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         ks.append(None if k == "all" else int(k))
     if args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-    model, tok = _load_any(args.model_dir)
+    if args.json is not None:
+        # Checked now, not after minutes of fine-tuning.
+        json_path = Path(args.json)
+        if json_path.is_dir():
+            raise ValueError(f"--json {json_path} is a folder; pass a file path")
+        if not json_path.parent.is_dir():
+            raise ValueError(f"--json {json_path}: folder {json_path.parent} does not exist; "
+                             f"pass a file path in an existing folder")
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                             max_seq_len=args.max_seq_len, device=args.device)
+    model, tok = _load_any(args.model_dir)
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
                                  seeds=range(args.seeds), methods=[names[m] for m in args.methods])
     print(f"{args.task}: test split, {len(results[0].predictions)} documents")
     print(format_table(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv),
-                                               "results": [r.to_dict() for r in results]},
-                                              indent=1))
+    if args.json is not None:
+        atomic_write_json(args.json, {"command": " ".join(sys.argv),
+                                      "results": [r.to_dict() for r in results]})
     return 0
+
+
+# What the demo writes into --out; a folder with only these may be reused.
+_DEMO_FILES = {"run", "curves.png", "results.json", LOCK_NAME}
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole pipeline on BBC news and write a table and plots to `--out`."""
+    out = Path(args.out)
+    if args.minutes is not None and not args.minutes > 0:
+        raise ValueError(f"--minutes {args.minutes:g}: pass a positive training budget in "
+                         f"minutes (or leave it out: 4 on CPU, 3 on a GPU)")
+    if not args.finetune_epochs > 0:
+        raise ValueError(f"--finetune-epochs {args.finetune_epochs:g}: pass a positive number "
+                         f"of fine-tuning epochs (fractions such as 0.5 work)")
+    _check_threads(args.threads)
+    kind = check_output_folder(out, "--out", accept=("other",))
+    if kind == "other":
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _DEMO_FILES)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise ValueError(f"--out {out} holds files the demo did not write ({shown}); choose "
+                             f"a new folder or a previous demo's (nothing was written)")
+    with _writing_into(out, "demo folder"):
+        return _run_demo(args, out)
+
+
+def _run_demo(args: argparse.Namespace, out: Path) -> int:
     import matplotlib.pyplot as plt
     import torch
 
@@ -440,15 +631,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from bertlab.viz import plot_training_curves
 
     start = time.perf_counter()
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a folder; choose a folder path")
     device = resolve_device("auto")
     gpu = device.type == "cuda"
     preset, batch, minutes = ("small", 128, 3.0) if gpu else ("tiny", 32, 4.0)
-    minutes = args.minutes or minutes
+    if args.minutes is not None:
+        minutes = args.minutes
     if not gpu:
-        _set_threads(args.threads or 1)
+        torch.set_num_threads(1 if args.threads is None else args.threads)
 
     print("1/7 corpus: BBC News (embedded, nothing downloads)")
     docs = load_corpus("bbc")
@@ -501,13 +690,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     fig = plot_training_curves(result.history, baseline=baseline)
     fig.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
     plt.close(fig)
-    (out / "results.json").write_text(json.dumps(
-        {"preset": preset, "device": str(device), "history": result.history,
-         "unigram_baseline": baseline,
-         "downstream": [{k: v for k, v in r.to_dict().items() if k != "predictions"}
-                        for r in downstream],
-         "fill_mask": [{"text": t, "before": b, "after": a}
-                       for t, b, a in zip(EXAMPLES, before, after, strict=True)]}, indent=1))
+    atomic_write_json(out / "results.json", {
+        "preset": preset, "device": str(device), "history": result.history,
+        "unigram_baseline": baseline,
+        "downstream": [{k: v for k, v in r.to_dict().items() if k != "predictions"}
+                       for r in downstream],
+        "fill_mask": [{"text": t, "before": b, "after": a}
+                      for t, b, a in zip(EXAMPLES, before, after, strict=True)]})
     print(f"\nplots: {out / 'curves.png'}; history: {run_dir / 'history.csv'}; "
           f"model: {run_dir} (try: python -m bertlab fill-mask {run_dir} "
           f"\"the [MASK] rose sharply\")")
@@ -518,11 +707,50 @@ def cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
             "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo}
 
+# errno -> what to do about it, for OSErrors that reach main().
+_OS_ERROR_FIXES = {
+    errno.ENOSPC: "free some disk space or write to another disk; files are written whole or "
+                  "not at all, so rerun the same command (with --resume for pretrain)",
+    errno.EDQUOT: "free some space within your quota or write elsewhere, then rerun",
+    errno.EACCES: "check the permissions, or choose a path you may write to",
+    errno.EPERM: "check the permissions, or choose a path you may write to",
+    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose a path under a folder",
+    errno.EISDIR: "it is a folder; pass a file path",
+    errno.EEXIST: "it is in the way; move it or choose another path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+# The machine, not the input, is at fault: exit 1 like a failed run, not 2 like a bad argument.
+_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO}
+
+
+def _os_error_line(e: OSError) -> str:
+    fix = _OS_ERROR_FIXES.get(e.errno, "check the path and try again")
+    if e.filename is None:
+        return f"error: {e.strerror or e}; {fix}"
+    path = str(e.filename) + (f" -> {e.filename2}" if e.filename2 is not None else "")
+    return f"error: cannot use {path}: {e.strerror or e}; {fix}"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Return the exit code of `python -m bertlab ARGS` (0 = success)."""
+    """Return the exit code of `python -m bertlab ARGS`: 0 success, 2 bad input (one `error:`
+    line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
+    signal N (130 for Ctrl-C, 143 for SIGTERM)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    # A warning is news for the user (a corrupt checkpoint skipped, a cache entry retrained):
+    # one line, without the source line that Python's default format adds.
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return COMMANDS[args.command](args)
     except ValueError as e:
@@ -531,6 +759,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FloatingPointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except OSError as e:
+        print(_os_error_line(e), file=sys.stderr)
+        return 1 if e.errno in _MACHINE_ERRNOS else 2
+    except KeyboardInterrupt as e:
+        # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
+        signum = int(getattr(e, "signum", signal.SIGINT))
+        print(f"stopped by {signal.Signals(signum).name} (exit code {128 + signum})",
+              file=sys.stderr)
+        return 128 + signum

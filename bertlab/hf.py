@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -18,10 +19,12 @@ import warnings
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.util import check_output_folder, describe_kind, folder_kind
 
 # Our name -> transformers name, for everything but the fused attention projection (below).
 _EMBEDDINGS = {
@@ -63,8 +66,27 @@ _CONFIG_FIELDS = [
     ("initializer_range", "initializer_range"),
     ("pad_token_id", "pad_token_id"),
 ]
+# Keys a config.json must have: they fix the weight shapes. For the other keys BertConfig's
+# defaults are transformers' (dropouts, eps, 512 positions, 2 segment types), so a missing one
+# means what it means to transformers.
+_REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size")
+_FLOAT_CONFIG_FIELDS = ("hidden_dropout", "attention_dropout", "layer_norm_eps",
+                        "initializer_range")
 _SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                    "sep_token": "[SEP]", "mask_token": "[MASK]"}
+
+
+class ModelFolderMissingError(ValueError, FileNotFoundError):
+    """A model or tokenizer folder, or a file it needs, is not there.
+
+    A ValueError (bad input, like every other refusal here) that is also a FileNotFoundError,
+    so code that catches the latter keeps working.
+    """
+
+
+class OutputFolderTakenError(ValueError, FileExistsError):
+    """`save_hf` was pointed at a folder that holds something other than a Hugging Face export."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,17 +230,46 @@ def hf_config_dict(model: BertForPreTraining | BertForSequenceClassification,
     return dict(sorted(out.items()))
 
 
-def config_from_hf(hf_config: dict) -> BertConfig:
-    """Return our `BertConfig` from a Hugging Face BERT config.json dict."""
+def config_from_hf(hf_config: dict, source: str | Path = "config.json") -> BertConfig:
+    """Return our `BertConfig` from a Hugging Face BERT config.json dict.
+
+    `source` names the file in error messages. The shape-defining keys (vocab_size,
+    hidden_size, num_hidden_layers, num_attention_heads, intermediate_size) must be there; the
+    others fall back to the defaults BERT and transformers share.
+    """
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{source} holds a JSON {type(hf_config).__name__}, not an object of "
+                         f"settings; is it a Hugging Face config.json?")
     if hf_config.get("model_type", "bert") != "bert":
-        raise ValueError(f"config.json describes a {hf_config['model_type']!r} model, not 'bert'")
+        raise ValueError(f"{source} describes a {hf_config['model_type']!r} model, not 'bert'")
     act = hf_config.get("hidden_act", "gelu")
     if act != "gelu":
-        raise ValueError(f"hidden_act={act!r} is not supported; bertlab uses erf GELU ('gelu')")
+        raise ValueError(f"{source}: hidden_act={act!r} is not supported; bertlab uses erf GELU "
+                         f"('gelu')")
     if hf_config.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError("only absolute position embeddings are supported")
-    settings = {ours: hf_config[hf] for ours, hf in _CONFIG_FIELDS if hf_config.get(hf) is not None}
-    return BertConfig(**settings)
+        raise ValueError(f"{source}: only absolute position embeddings are supported")
+    missing = [key for key in _REQUIRED_CONFIG_KEYS if hf_config.get(key) is None]
+    if missing:
+        raise ValueError(f"{source} lacks {', '.join(missing)}; a BERT config.json needs "
+                         f"{', '.join(_REQUIRED_CONFIG_KEYS)} (save the model with save_hf or "
+                         f"transformers' save_pretrained)")
+    settings = {}
+    for ours, hf in _CONFIG_FIELDS:
+        value = hf_config.get(hf)
+        if value is None:
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if ours in _FLOAT_CONFIG_FIELDS:
+            if not number:
+                raise ValueError(f"{source}: {hf} must be a number, got {value!r}")
+            value = float(value)
+        elif not number or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(f"{source}: {hf} must be a whole number, got {value!r}")
+        settings[ours] = value if ours in _FLOAT_CONFIG_FIELDS else int(value)
+    try:
+        return BertConfig(**settings)
+    except ValueError as e:
+        raise ValueError(f"{source}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,18 +313,25 @@ def save_hf(
     model.safetensors and (unless `tokenizer` is None) the tokenizer files.
 
     The folder is written in a temporary sibling and renamed into place, so a crash never leaves
-    half a model. An existing export there is replaced; any other non-empty folder is refused.
+    half a model. An existing export there is replaced; any other non-empty folder, a file or
+    a path under a file is refused with a ValueError before anything is written
+    (`OutputFolderTakenError`, also a FileExistsError, for a folder that holds something else).
 
     Taught in notebooks/04_encoder.ipynb
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "config.json").exists():
-        raise FileExistsError(f"'{out_dir}' exists and is not a model folder; choose another path")
+    kind = folder_kind(out_dir)
+    if kind not in ("missing", "empty", "hf", "file"):
+        raise OutputFolderTakenError(
+            f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
+            f"replaced; choose a new or empty folder (nothing was written)")
+    check_output_folder(out_dir, "out_dir", accept=("hf",))
     files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
     if tokenizer is not None:
         if tokenizer.get_vocab_size() != model.config.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model's "
-                             f"vocab_size is {model.config.vocab_size}")
+                             f"vocab_size is {model.config.vocab_size}; export the model with "
+                             f"the tokenizer it was trained with (nothing was written)")
         files.update(_tokenizer_files(tokenizer, model.config.max_position_embeddings))
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
@@ -302,16 +360,45 @@ def save_hf(
 # Import
 
 
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno}, column "
+                         f"{e.colno}); restore it from the original export") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}); restore it "
+                         f"from the original export") from None
+
+
+def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ModelFolderMissingError(f"'{path}' is missing; the folder's weights are incomplete")
+    try:
+        if path.suffix == ".bin":  # never unpickle arbitrary objects
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(str(path))
+    except (SafetensorError, RuntimeError, pickle.UnpicklingError, EOFError) as e:
+        raise ValueError(f"'{path}' is corrupt or not a weights file ({e}); restore it from the "
+                         f"original export") from None
+
+
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     if (folder / "model.safetensors").is_file():
-        return load_file(str(folder / "model.safetensors"))
+        return _read_weight_file(folder / "model.safetensors")
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {k: v for shard in shards for k, v in load_file(str(folder / shard)).items()}
-    if (folder / "pytorch_model.bin").is_file():  # never unpickle arbitrary objects
-        return torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"'{folder}' has no model.safetensors or pytorch_model.bin")
+        weight_map = _read_json(index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index} has no weight_map object; restore it from the original "
+                             f"export")
+        shards = sorted(set(weight_map.values()))
+        return {k: v for shard in shards for k, v in _read_weight_file(folder / shard).items()}
+    if (folder / "pytorch_model.bin").is_file():
+        return _read_weight_file(folder / "pytorch_model.bin")
+    raise ModelFolderMissingError(f"'{folder}' has no model.safetensors or pytorch_model.bin; "
+                                  f"export the weights there (save_hf or save_pretrained)")
 
 
 def load_hf(
@@ -324,17 +411,23 @@ def load_hf(
     checkpoint lacks (e.g. a bare `BertModel`) are freshly initialised, with a warning. The
     model comes back in eval mode, as from `from_pretrained`.
 
+    Every problem with the folder is a ValueError that names the file: a missing folder,
+    config.json or weights file (`ModelFolderMissingError`, also a FileNotFoundError), a
+    config.json that is not JSON or lacks a key, weights that do not fit the config or that
+    are not finite (NaN or inf: a corrupt export or a diverged run).
+
     Taught in notebooks/04_encoder.ipynb
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"model folder '{folder}' does not exist")
+        raise ModelFolderMissingError(f"model folder '{folder}' does not exist; check the path")
     if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"'{folder}' has no config.json; is it a Hugging Face folder?")
+        raise ModelFolderMissingError(f"'{folder}' has no config.json; is it a Hugging Face "
+                                      f"folder (from save_hf, export-hf or save_pretrained)?")
     if task not in _TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {sorted(_TASKS)}")
-    hf_config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    config = config_from_hf(hf_config)
+    hf_config = _read_json(folder / "config.json")
+    config = config_from_hf(hf_config, source=folder / "config.json")
     if task == "classification":
         num_labels = num_labels or len(hf_config.get("id2label") or {}) or 2
         model = BertForSequenceClassification(config, num_labels)
@@ -347,10 +440,16 @@ def load_hf(
         if tensor.shape != expected[key].shape:
             theirs = next(iter(_our_key_to_hf(key, expected[key])))
             raise ValueError(
-                f"shape mismatch for '{theirs}': checkpoint has {tuple(tensor.shape)}, the model "
-                f"built from config.json expects {tuple(expected[key].shape)}"
+                f"'{folder}': shape mismatch for '{theirs}': checkpoint has "
+                f"{tuple(tensor.shape)}, the model built from config.json expects "
+                f"{tuple(expected[key].shape)}; are config.json and the weights from one model?"
             )
     model.load_state_dict(state, strict=False)
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+            raise ValueError(f"'{folder}': the weights hold NaN or inf values ({name}), so the "
+                             f"checkpoint is corrupt or the run diverged; export an earlier "
+                             f"checkpoint or train again")
     if missing:
         modules = sorted({k if k == "mlm.bias" else k.rsplit(".", 1)[0] for k in missing})
         warnings.warn(
@@ -370,12 +469,15 @@ def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
 
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"tokenizer folder '{folder}' does not exist")
+        raise ModelFolderMissingError(f"tokenizer folder '{folder}' does not exist; check the "
+                                      f"path")
     if (folder / "tokenizer.json").is_file():
         return load_tokenizer(folder / "tokenizer.json")
     if (folder / "vocab.txt").is_file():
         settings_file = folder / "tokenizer_config.json"
-        settings = json.loads(settings_file.read_text()) if settings_file.is_file() else {}
-        return tokenizer_from_vocab(folder / "vocab.txt",
-                                    lowercase=settings.get("do_lower_case", True))
-    raise FileNotFoundError(f"'{folder}' has neither tokenizer.json nor vocab.txt")
+        settings = _read_json(settings_file) if settings_file.is_file() else {}
+        lowercase = settings.get("do_lower_case", True) if isinstance(settings, dict) else True
+        return tokenizer_from_vocab(folder / "vocab.txt", lowercase=lowercase)
+    raise ModelFolderMissingError(f"'{folder}' has neither tokenizer.json nor vocab.txt; export "
+                                  f"the model with its tokenizer (save_hf(model, tokenizer, "
+                                  f"folder))")

@@ -34,7 +34,7 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertlab vocabulary
 
 # Bump when the way a tokenizer is built changes, so stale cache entries are not reused.
-_CACHE_FORMAT = 4
+_CACHE_FORMAT = 5
 # A longer word becomes [UNK] (Google's tokenizer uses the same limit), so training skips it.
 MAX_WORD_CHARS = 200
 

@@ -832,28 +832,30 @@ def _write_history(out_dir: Path, history: list[dict]) -> None:
     atomic_write_text(out_dir / "history.csv", table.getvalue())
 
 
-def check_run_folder(out_dir: str | Path | None, resume: bool) -> Path | None:
+def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_dir") -> Path | None:
     """Return the run folder as a Path after checking that a run may start (or resume) there.
 
     A new run needs a missing or empty folder, or a run folder without checkpoints (a start
     that failed before its first save). Resuming needs a run with a checkpoint. Anything else
     (checkpoints of another run, prepared shards, a Hugging Face export, your own files, a
-    file) raises a ValueError that says what is there; nothing is written.
+    file) raises a ValueError that names `flag` and the folder and says what is there; nothing
+    is written.
     """
     if out_dir is None:
         if resume:
             raise ValueError("resume=True needs out_dir (the run folder to resume from)")
         return None
     out = Path(out_dir)
-    check_output_folder(out, "out_dir (--out)", accept=("run",))
-    has_checkpoint = latest_checkpoint(out) is not None
-    if resume and not has_checkpoint:
-        raise ValueError(f"resume=True (--resume) but {out} has no checkpoint in "
-                         f"{out / 'checkpoints'}; run without resume to start a new run")
-    if not resume and has_checkpoint:
-        raise ValueError(f"{out} already holds checkpoints of a run; pass resume=True "
-                         f"(--resume) to continue it, or choose an empty out_dir (nothing was "
-                         f"written)")
+    check_output_folder(out, flag, accept=("run",))
+    newest = latest_checkpoint(out)
+    if resume and newest is None:
+        raise ValueError(f"resume=True (--resume): {flag} {out} has no checkpoint to continue "
+                         f"from (looked in {out / 'checkpoints'}); start a new run there without "
+                         f"resume (nothing was written)")
+    if not resume and newest is not None:
+        raise ValueError(f"{flag} {out} already holds a pretraining run (newest checkpoint "
+                         f"{newest.name}); continue it with resume=True (--resume), or choose "
+                         f"another folder (nothing was written)")
     return out
 
 
@@ -1259,6 +1261,10 @@ def fill_mask(model: BertForPreTraining, tokenizer: Any, text: str,
                 torch.tensor([encoding.type_ids]).to(device))
     model.train(was_training)
     probs = out.mlm_logits[0, where.to(device)].float().softmax(-1)  # (T, V) -> (masks, V)
+    if not torch.isfinite(probs).all():  # finite weights can still overflow inside the model
+        raise ValueError("the model gives NaN or inf probabilities: its weights are non-finite "
+                         "or overflow (a corrupt checkpoint, or a run that diverged); use an "
+                         "earlier checkpoint or train again")
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(ps, ids_, strict=True)]
             for ps, ids_ in zip(top.values.cpu(), top.indices.cpu(), strict=True)]

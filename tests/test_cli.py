@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from bertlab import cli
 from bertlab.cli import build_parser, main
 from bertlab.corpus import load_corpus
 
@@ -76,8 +77,10 @@ def test_pretrain_resume_fill_mask_export_end_to_end(corpus, tmp_path, capsys):
 
     hf = tmp_path / "hf"
     assert main(["export-hf", str(run), str(hf)]) == 0
-    capsys.readouterr()
+    assert capsys.readouterr().out.startswith(f"wrote {hf}")
     assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
+    assert main(["export-hf", str(run), str(hf)]) == 0  # an earlier export may be replaced
+    assert capsys.readouterr().out.startswith(f"replaced the previous export in {hf}")
     assert main(["fill-mask", str(hf), "the [MASK] fell sharply", "--top-k", "3"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[:2] == lines[:2]  # same model, same guesses
 
@@ -123,6 +126,29 @@ def test_out_that_is_a_file_and_a_mismatched_resume(corpus, tmp_path, capsys):
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "2",
                  "--resume", *wider]) == 2
     assert "hidden_size: checkpoint 32 vs model 64" in capsys.readouterr().err
+
+
+def test_a_run_that_never_saved_a_checkpoint_can_be_started_again(corpus, tmp_path, capsys):
+    # A run stopped before its first checkpoint holds run.json and tokenizer.json only: nothing
+    # to resume, nothing to lose.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "1",
+                 *SMALL]) == 0
+    assert "done: 1 steps" in capsys.readouterr().out
+    assert json.loads((run / "run.json").read_text())["train"]["max_steps"] == 1
+
+
+def test_demo_may_reuse_its_own_folder(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(cli, "_run_demo", lambda args, out: ran.append(out) or 0)
+    out = tmp_path / "demo"
+    (out / "run").mkdir(parents=True)
+    (out / "curves.png").write_bytes(b"png")
+    (out / "results.json").write_text("{}")
+    assert main(["demo", "--out", str(out), "--minutes", "0.1", "--threads", "1"]) == 0
+    assert ran == [out]
 
 
 def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):

@@ -238,6 +238,8 @@ def test_old_checkpoint_names_and_pickled_weights(tmp_path):
 def test_load_errors_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_hf(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="does not exist"):  # bad input, like every refusal
+        load_hf(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_hf(tmp_path / "empty")
@@ -258,6 +260,51 @@ def test_load_errors_are_clear(tmp_path):
     (tmp_path / "m" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         load_hf(tmp_path / "m")
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"vocab_size": 50,\n "hidden_size": }', r"config\.json is not valid JSON \(Expecting value "
+                                              r"at line 2, column 17\)"),
+    ("[1, 2]", r"config\.json holds a JSON list, not an object"),
+    ('{"vocab_size": 50, "num_hidden_layers": 1, "num_attention_heads": 2, '
+     '"intermediate_size": 128}', r"config\.json lacks hidden_size"),
+    ('{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": "one", '
+     '"num_attention_heads": 2, "intermediate_size": 128}',
+     r"config\.json: num_hidden_layers must be a whole number, got 'one'"),
+    ('{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, '
+     '"intermediate_size": 128, "layer_norm_eps": "small"}',
+     r"config\.json: layer_norm_eps must be a number, got 'small'"),
+    ('{"vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 3, '
+     '"intermediate_size": 128}', r"config\.json: BertConfig: hidden_size=32 is not divisible"),
+])
+def test_a_broken_config_json_is_named_in_the_error(tmp_path, text, message):
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_layers=1, num_heads=2)
+    folder = save_hf(BertForPreTraining(cfg), None, tmp_path / "m")
+    (folder / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=message) as caught:
+        load_hf(folder)
+    assert str(folder / "config.json") in str(caught.value)
+
+
+def test_save_hf_refuses_bad_targets_before_writing(tmp_path):
+    cfg = BertConfig(vocab_size=50, hidden_size=32, num_layers=1, num_heads=2)
+    model = BertForPreTraining(cfg)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        save_hf(model, None, tmp_path / "file")
+    with pytest.raises(ValueError, match=r"file is a file, not a folder; choose a path under"):
+        save_hf(model, None, tmp_path / "file" / "hf")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="holds a pretraining run"):
+        save_hf(model, None, tmp_path / "run")
+    from tokenizers import Tokenizer, models
+
+    small = Tokenizer(models.WordLevel({f"w{i}": i for i in range(40)}, unk_token="w0"))
+    with pytest.raises(ValueError, match="tokenizer has 40 tokens but the model's vocab_size is 50"):
+        save_hf(model, small, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "run"]
+    assert (tmp_path / "file").read_text() == "x"
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["checkpoints"]
 
 
 def test_save_hf_replaces_an_export_but_not_other_folders(tmp_path):

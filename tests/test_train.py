@@ -444,11 +444,11 @@ def test_out_dir_problems(tok, examples, tmp_path):
     a_file.write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=a_file)
-    with pytest.raises(ValueError, match="has no checkpoint"):
+    with pytest.raises(ValueError, match="has no checkpoint to continue"):
         pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "new",
                  resume=True)
     pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "done")
-    with pytest.raises(ValueError, match="already holds checkpoints.*resume=True"):
+    with pytest.raises(ValueError, match="already holds a pretraining run.*resume=True"):
         pretrain(make_model(tok), train, None, quiet(max_steps=1), out_dir=tmp_path / "done")
 
 

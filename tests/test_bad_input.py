@@ -1,0 +1,362 @@
+"""Bad input to `python -m bertlab`: one `error:` line that names the input, exit code 2, no
+traceback, and nothing on disk changed.
+
+Most cases run in-process through `bertlab.cli.main`. To add one, add a line to CASES:
+(id, command line, fragments the error line must contain). The command line is split like a
+shell would; `{name}` is a path from the `world` fixture, `TINY` expands to a 2-step tiny-model
+pretrain.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertlab.cli import COMMANDS, main
+from bertlab.corpus import load_corpus
+from bertlab.hf import load_hf, save_hf
+from bertlab.tokenizer import save_tokenizer, train_tokenizer
+from bertlab.train import latest_checkpoint, load_run, save_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
+         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
+# A case that is wrongly accepted then finishes in seconds instead of training for an hour.
+TINY = ["--max-steps", "2", *SMALL]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models; extra threads only oversubscribe a busy machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def _copy(src: Path, dst: Path, drop: str | None = None) -> Path:
+    shutil.copytree(src, dst)
+    if drop:
+        (dst / drop).unlink()
+    return dst
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, str]:
+    """Return the paths the cases refer to: a run, shards, an HF export and broken variants."""
+    root = tmp_path_factory.mktemp("world")
+    docs = load_corpus("bbc")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for i, doc in enumerate(docs[:40]):
+        (corpus / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    run, shards, hf = root / "run", root / "shards", root / "hf"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), *TINY]) == 0
+    assert main(["prepare", "--corpus", str(corpus), "--out", str(shards), "--vocab-size", "300",
+                 "--max-seq-len", "64"]) == 0
+    assert main(["export-hf", str(run), str(hf)]) == 0
+    paths = {"root": root, "corpus": corpus, "run": run, "shards": shards, "hf": hf}
+
+    (root / "file").write_text("not a folder\n")
+    (root / "other").mkdir()
+    (root / "other" / "notes.txt").write_text("my own notes\n")
+    paths.update(file=root / "file", other=root / "other", empty=root / "empty")
+    (root / "empty").mkdir()
+    paths["one_doc"] = root / "one-doc"
+    paths["one_doc"].mkdir()
+    (paths["one_doc"] / "a.txt").write_text(docs[0].text, encoding="utf-8")
+
+    model, tok = load_run(run)
+    tok_400 = save_tokenizer(train_tokenizer(docs[:40], vocab_size=400), root / "tok-400.json")
+    tok_other = train_tokenizer(docs[40:80], vocab_size=300)
+    assert tok_other.get_vocab_size() == tok.get_vocab_size() == 300
+    assert tok_other.get_vocab() != tok.get_vocab()
+    paths["tok_400"] = tok_400
+    paths["tok_other"] = save_tokenizer(tok_other, root / "tok-other-300.json")
+
+    paths["run_no_tok"] = _copy(run, root / "run-no-tokenizer", drop="tokenizer.json")
+    paths["run_no_ckpt"] = root / "run-no-checkpoint"
+    paths["run_no_ckpt"].mkdir()
+    shutil.copy(run / "run.json", paths["run_no_ckpt"] / "run.json")
+    paths["run_big_tok"] = _copy(run, root / "run-big-tokenizer")
+    shutil.copy(tok_400, paths["run_big_tok"] / "tokenizer.json")
+    paths["hf_big_tok"] = _copy(hf, root / "hf-big-tokenizer")
+    shutil.copy(tok_400, paths["hf_big_tok"] / "tokenizer.json")
+    paths["hf_no_weights"] = _copy(hf, root / "hf-no-weights", drop="model.safetensors")
+
+    config = json.loads((hf / "config.json").read_text())
+    for name, text in [("hf_bad_json", '{"vocab_size": 300,\n "hidden_size": }'),
+                       ("hf_no_key", json.dumps({k: v for k, v in config.items()
+                                                 if k != "hidden_size"})),
+                       ("hf_wrong_type", json.dumps(config | {"num_hidden_layers": "two"}))]:
+        paths[name] = _copy(hf, root / name.replace("_", "-"))
+        (paths[name] / "config.json").write_text(text)
+
+    with torch.no_grad():
+        nan_model = load_hf(hf)
+        nan_model.mlm.dense.weight[0, 0] = float("nan")
+        paths["hf_nan"] = save_hf(nan_model, tok, root / "hf-nan")
+        paths["run_nan"] = _copy(run, root / "run-nan")
+        save_checkpoint(latest_checkpoint(paths["run_nan"]), nan_model)
+        # Finite weights whose products overflow float32: inf, then NaN after LayerNorm.
+        huge = load_hf(hf)
+        for layer in huge.bert.layers:
+            layer.ffn_in.weight.fill_(1e30)
+            layer.ffn_out.weight.fill_(1e30)
+        paths["hf_overflow"] = save_hf(huge, tok, root / "hf-overflow")
+    return {name: str(path) for name, path in paths.items()}
+
+
+def snapshot(root: str | Path) -> dict[str, object]:
+    """Return {path: (bytes, mtime_ns)} for every file and {path: "folder"} for every folder."""
+    state: dict[str, object] = {}
+    for path in [Path(root), *sorted(Path(root).rglob("*"))]:
+        if path.is_dir():
+            state[str(path)] = "folder"
+        else:
+            state[str(path)] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return state
+
+
+def assert_unchanged(before: dict[str, object], after: dict[str, object]) -> None:
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert changed == [], f"the refused command changed {changed}"
+
+
+def assert_one_clear_error(err: str, fragments: list[str]) -> None:
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    for fragment in fragments:
+        assert fragment in errors[0], f"{fragment!r} not in {errors[0]!r}"
+
+
+def expand(command: str, world: dict[str, str]) -> list[str]:
+    argv: list[str] = []
+    for token in shlex.split(command):
+        argv += TINY if token == "TINY" else [token.format(**world)]
+    return argv
+
+
+CASES = [
+    # pretrain: the output folder
+    ("pretrain-into-a-run-without-resume", "pretrain --corpus {corpus} --out {run} TINY",
+     ["--out {run}", "--resume", "nothing was written"]),
+    ("pretrain-into-shards", "pretrain --corpus {corpus} --out {shards} TINY",
+     ["--out {shards}", "prepared NSP shards"]),
+    ("pretrain-into-an-hf-export", "pretrain --corpus {corpus} --out {hf} TINY",
+     ["--out {hf}", "Hugging Face"]),
+    ("pretrain-into-other-files", "pretrain --corpus {corpus} --out {other} TINY",
+     ["--out {other}", "other files"]),
+    ("pretrain-out-is-a-file", "pretrain --corpus {corpus} --out {file} TINY",
+     ["--out {file}", "is a file"]),
+    ("pretrain-out-under-a-file", "pretrain --corpus {corpus} --out {file}/run TINY",
+     ["--out {file}/run", "{file} is a file"]),
+    ("pretrain-resume-new-folder", "pretrain --corpus {corpus} --out {root}/new --resume TINY",
+     ["--resume", "{root}/new", "no checkpoint"]),
+    ("pretrain-resume-run-without-checkpoint",
+     "pretrain --corpus {corpus} --out {run_no_ckpt} --resume TINY",
+     ["--resume", "{run_no_ckpt}", "no checkpoint"]),
+    # pretrain: the tokenizer
+    ("pretrain-resume-tokenizer-of-another-size",
+     "pretrain --corpus {corpus} --out {run} --resume --tokenizer {tok_400} TINY",
+     ["--tokenizer {tok_400}", "{run}/tokenizer.json", "400 vs 300 tokens"]),
+    ("pretrain-resume-tokenizer-same-size-other-tokens",
+     "pretrain --corpus {corpus} --out {run} --resume --tokenizer {tok_other} TINY",
+     ["--tokenizer {tok_other}", "both have 300 tokens, but not the same ones"]),
+    ("pretrain-shards-with-another-tokenizer",
+     "pretrain --corpus {shards} --out {root}/new --tokenizer {tok_400} TINY",
+     ["{tok_400}", "{shards}", "400 vs 300 tokens"]),
+    ("pretrain-tokenizer-missing",
+     "pretrain --corpus {corpus} --out {root}/new --tokenizer {root}/nope.json TINY",
+     ["{root}/nope.json", "does not exist"]),
+    # pretrain: corpus and settings
+    ("pretrain-corpus-missing", "pretrain --corpus {root}/nope --out {root}/new TINY",
+     ["{root}/nope"]),
+    ("pretrain-max-seq-len-too-small",
+     "pretrain --corpus {corpus} --out {root}/new TINY --max-seq-len 4",
+     ["max_seq_len=4", "too small"]),
+    ("pretrain-max-seq-len-beyond-positions",
+     "pretrain --corpus {corpus} --out {root}/new TINY --max-position-embeddings 32",
+     ["--max-seq-len 64", "--max-position-embeddings 32"]),
+    ("pretrain-threads-0", "pretrain --corpus {corpus} --out {root}/new TINY --threads 0",
+     ["--threads 0"]),
+    ("pretrain-threads-negative", "pretrain --corpus {corpus} --out {root}/new TINY --threads -2",
+     ["--threads -2"]),
+    ("pretrain-num-workers-negative",
+     "pretrain --corpus {corpus} --out {root}/new TINY --num-workers -1", ["--num-workers -1"]),
+    ("pretrain-heads-do-not-divide-hidden",
+     "pretrain --corpus {corpus} --out {root}/new TINY --num-heads 3",
+     ["hidden_size=32", "num_heads=3"]),
+    ("pretrain-unknown-preset", "pretrain --corpus {corpus} --out {root}/new TINY --preset huge",
+     ["unknown preset 'huge'"]),
+    # prepare
+    ("prepare-out-is-a-file", "prepare --corpus {corpus} --out {file}",
+     ["--out {file}", "is a file"]),
+    ("prepare-out-under-a-file", "prepare --corpus {corpus} --out {file}/shards",
+     ["--out {file}/shards", "{file} is a file"]),
+    ("prepare-into-existing-shards", "prepare --corpus {corpus} --out {shards}",
+     ["--out {shards}", "prepared NSP shards"]),
+    ("prepare-into-a-run", "prepare --corpus {corpus} --out {run}",
+     ["--out {run}", "pretraining run"]),
+    # refused once the folders are made: they must go again
+    ("prepare-corpus-missing", "prepare --corpus {root}/nope --out {root}/new/deeper/shards",
+     ["{root}/nope"]),
+    ("prepare-corpus-of-one-document", "prepare --corpus {one_doc} --out {root}/new",
+     ["{one_doc}", "1 document"]),
+    # export-hf
+    ("export-run-without-tokenizer", "export-hf {run_no_tok} {root}/new",
+     ["{run_no_tok}", "no tokenizer.json"]),
+    ("export-from-shards", "export-hf {shards} {root}/new", ["{shards}", "prepared NSP shards"]),
+    ("export-from-other-files", "export-hf {other} {root}/new", ["{other}", "other files"]),
+    ("export-from-missing-folder", "export-hf {root}/nope {root}/new",
+     ["{root}/nope", "is not a folder"]),
+    ("export-from-run-without-checkpoint", "export-hf {run_no_ckpt} {root}/new",
+     ["{run_no_ckpt}", "no checkpoint"]),
+    ("export-onto-a-file", "export-hf {run} {file}", ["{file}", "is a file"]),
+    ("export-under-a-file", "export-hf {run} {file}/hf", ["{file}/hf", "{file} is a file"]),
+    ("export-into-other-files", "export-hf {run} {other}", ["{other}", "other files"]),
+    ("export-into-the-run", "export-hf {run} {run}", ["out_dir {run}", "pretraining run"]),
+    ("export-into-shards", "export-hf {run} {shards}", ["{shards}", "prepared NSP shards"]),
+    ("export-tokenizer-larger-than-model", "export-hf {run_big_tok} {root}/new",
+     ["{run_big_tok}", "400 tokens", "has 300"]),
+    ("export-non-finite-weights", "export-hf {run_nan} {root}/new",
+     ["{run_nan}", "NaN or inf", "diverged"]),
+    # fill-mask
+    ("fill-mask-text-without-mask", "fill-mask {run} 'the market fell'",
+     ["'the market fell'", "[MASK]"]),
+    ("fill-mask-top-k-0", "fill-mask {run} 'the [MASK] fell' --top-k 0", ["--top-k 0"]),
+    ("fill-mask-on-shards", "fill-mask {shards} 'the [MASK] fell'",
+     ["{shards}", "prepared NSP shards"]),
+    ("fill-mask-missing-folder", "fill-mask {root}/nope 'the [MASK] fell'",
+     ["{root}/nope", "is not a folder"]),
+    ("fill-mask-empty-folder", "fill-mask {empty} 'the [MASK] fell'", ["{empty}", "nothing"]),
+    ("fill-mask-run-without-checkpoint", "fill-mask {run_no_ckpt} 'the [MASK] fell'",
+     ["{run_no_ckpt}", "no checkpoint"]),
+    ("fill-mask-run-without-tokenizer", "fill-mask {run_no_tok} 'the [MASK] fell'",
+     ["{run_no_tok}", "no tokenizer.json"]),
+    ("fill-mask-run-tokenizer-larger-than-model", "fill-mask {run_big_tok} 'the [MASK] fell'",
+     ["{run_big_tok}", "400 tokens", "has 300"]),
+    ("fill-mask-hf-tokenizer-larger-than-model", "fill-mask {hf_big_tok} 'the [MASK] fell'",
+     ["{hf_big_tok}", "400 tokens", "has 300"]),
+    ("fill-mask-run-nan-weights", "fill-mask {run_nan} 'the [MASK] fell'",
+     ["{run_nan}", "NaN or inf", "diverged"]),
+    ("fill-mask-hf-nan-weights", "fill-mask {hf_nan} 'the [MASK] fell'",
+     ["{hf_nan}", "NaN or inf", "diverged"]),
+    ("fill-mask-overflowing-weights", "fill-mask {hf_overflow} 'the [MASK] fell'",
+     ["{hf_overflow}", "NaN or inf probabilities", "diverged"]),
+    ("fill-mask-config-not-json", "fill-mask {hf_bad_json} 'the [MASK] fell'",
+     ["{hf_bad_json}/config.json", "not valid JSON", "line 2, column"]),
+    ("fill-mask-config-without-a-key", "fill-mask {hf_no_key} 'the [MASK] fell'",
+     ["{hf_no_key}/config.json", "lacks hidden_size"]),
+    ("fill-mask-config-wrong-type", "fill-mask {hf_wrong_type} 'the [MASK] fell'",
+     ["{hf_wrong_type}/config.json", "num_hidden_layers", "'two'"]),
+    ("fill-mask-hf-without-weights", "fill-mask {hf_no_weights} 'the [MASK] fell'",
+     ["{hf_no_weights}", "model.safetensors"]),
+    # finetune
+    ("finetune-on-shards", "finetune {shards} --methods tf-idf",
+     ["{shards}", "prepared NSP shards"]),
+    ("finetune-unknown-method", "finetune {run} --methods magic", ["--methods magic"]),
+    ("finetune-json-in-missing-folder", "finetune {run} --json {root}/nope/results.json",
+     ["--json {root}/nope/results.json", "does not exist"]),
+    ("finetune-nan-weights", "finetune {run_nan} --methods fine-tuned",
+     ["{run_nan}", "NaN or inf"]),
+    # demo (all refused before the first slow step)
+    ("demo-minutes-0", "demo --out {root}/new --minutes 0", ["--minutes 0"]),
+    ("demo-minutes-negative", "demo --out {root}/new --minutes -1", ["--minutes -1"]),
+    ("demo-threads-0", "demo --out {root}/new --threads 0", ["--threads 0"]),
+    ("demo-finetune-epochs-0", "demo --out {root}/new --finetune-epochs 0",
+     ["--finetune-epochs 0"]),
+    ("demo-into-other-files", "demo --out {other}", ["--out {other}", "notes.txt"]),
+    ("demo-into-a-run", "demo --out {run}", ["--out {run}", "pretraining run"]),
+    ("demo-out-is-a-file", "demo --out {file}", ["--out {file}", "is a file"]),
+]
+
+
+@pytest.mark.parametrize("command, fragments", [pytest.param(c, f, id=i) for i, c, f in CASES])
+def test_bad_input_is_one_clear_error_and_changes_nothing(world, capsys, command, fragments):
+    argv = expand(command, world)
+    before = snapshot(world["root"])
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert_one_clear_error(err, [f.format(**world) for f in fragments])
+    assert_unchanged(before, snapshot(world["root"]))
+
+
+def _hold_lock(folder: str) -> subprocess.Popen:
+    code = ("import sys, time\nfrom bertlab.util import FolderLock\n"
+            "with FolderLock(sys.argv[1], 'run folder'):\n"
+            "    print('locked', flush=True)\n    time.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, folder], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+@pytest.mark.parametrize("target, extra", [("run", ["--resume", "--max-steps", "3"]),
+                                           ("root/locked-new", [])])
+def test_a_run_folder_in_use_by_another_process_is_refused(world, capsys, target, extra):
+    folder = str(Path(world["root"]) / "locked-new") if target.startswith("root") else world[target]
+    holder = _hold_lock(folder)
+    try:
+        before = snapshot(world["root"])
+        code = main(["pretrain", "--corpus", world["corpus"], "--out", folder, *TINY, *extra])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert_one_clear_error(err, [folder, f"in use by process {holder.pid}"])
+        assert_unchanged(before, snapshot(world["root"]))
+    finally:
+        holder.kill()
+        holder.wait()
+        if target.startswith("root"):
+            shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("number, code, fix", [
+    (errno.ENOSPC, 1, "free some disk space"),
+    (errno.EACCES, 2, "permissions"),
+    (errno.ENOTDIR, 2, "not a folder"),
+])
+def test_os_errors_end_in_one_line_naming_the_path(monkeypatch, capsys, number, code, fix):
+    def fail(args):
+        raise OSError(number, os.strerror(number), "/data/run/checkpoints/step-00000100")
+
+    monkeypatch.setitem(COMMANDS, "fill-mask", fail)
+    assert main(["fill-mask", "somewhere", "a [MASK]"]) == code
+    assert_one_clear_error(capsys.readouterr().err,
+                           ["/data/run/checkpoints/step-00000100", os.strerror(number), fix])
+
+
+class _Terminated(KeyboardInterrupt):
+    signum = signal.SIGTERM
+
+
+@pytest.mark.parametrize("exc, code, name", [(KeyboardInterrupt(), 130, "SIGINT"),
+                                             (_Terminated(), 143, "SIGTERM")])
+def test_signals_exit_with_128_plus_the_signal(monkeypatch, capsys, exc, code, name):
+    def stop(args):
+        raise exc
+
+    monkeypatch.setitem(COMMANDS, "fill-mask", stop)
+    assert main(["fill-mask", "somewhere", "a [MASK]"]) == code
+    err = capsys.readouterr().err
+    assert name in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_refusal_from_the_real_command_line_has_no_traceback(world):
+    # Through `python -m bertlab`, as a user runs it: the exit status and stderr of the process.
+    done = subprocess.run([sys.executable, "-m", "bertlab", "export-hf", world["run"],
+                           world["other"]], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert_one_clear_error(done.stderr, [world["other"], "other files"])
