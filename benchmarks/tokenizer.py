@@ -3,6 +3,11 @@
 Ours: load the BBC corpus, train the 8,192-piece WordPiece vocabulary (cache off) and encode every
 sentence with one batch call into Rust. Goal: at most 10 s in total on 2 cores (median of 5 runs).
 
+Reference for training: the `tokenizers` library's own WordPieceTrainer (Rust) on the same text
+and settings, on BBC and on zh-news. Ours is deterministic; the library's breaks ties between
+equally frequent merges in hash-map order. The script trains each several times and prints the
+time ratio and how many different vocabularies each produced.
+
 Reference for the encoding step, on the same vocabulary and the same sample of sentences:
 transformers' pure-Python BERT tokenizer (`BertTokenizerLegacy`, Google's algorithm line for
 line) and our tokenizer called once per sentence in a Python loop. The script checks that all
@@ -41,6 +46,40 @@ def pin_cores(n: int) -> int:
     return os.cpu_count() or 1
 
 
+def library_vocabulary(texts: list[str], vocab_size: int = 8192) -> str:
+    """The `tokenizers` WordPieceTrainer with bertlab's settings; returns the vocabulary digest."""
+    from tokenizers import trainers
+
+    from bertlab.tokenizer import SPECIAL_TOKENS, build_untrained_tokenizer, vocab_digest
+
+    tok = build_untrained_tokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=2,
+                                        special_tokens=list(SPECIAL_TOKENS),
+                                        continuing_subword_prefix="##", show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return vocab_digest(tok)
+
+
+def compare_trainers(runs: int) -> None:
+    from bertlab.tokenizer import _texts, vocab_digest
+
+    print()
+    print(f"training, side by side (cache off; median of {runs} runs; distinct = how many "
+          f"different vocabularies the runs gave)")
+    print(f"{'corpus':<10}{'bertlab s':>10}{'distinct':>9}{'tokenizers s':>14}{'distinct':>9}"
+          f"{'ratio':>8}")
+    for name in ("bbc", "zh-news"):
+        docs = bl.load_corpus(name)
+        texts = list(_texts(docs))
+        ours = [timed(lambda d=docs: bl.train_tokenizer(d, cache=False)) for _ in range(runs)]
+        theirs = [timed(lambda t=texts: library_vocabulary(t)) for _ in range(runs)]
+        ours_s = statistics.median(t for t, _ in ours)
+        theirs_s = statistics.median(t for t, _ in theirs)
+        print(f"{name:<10}{ours_s:>10.2f}{len({vocab_digest(tok) for _, tok in ours}):>9}"
+              f"{theirs_s:>14.2f}{len({digest for _, digest in theirs}):>9}"
+              f"{ours_s / theirs_s:>7.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -69,6 +108,8 @@ def main() -> None:
                          ("encode all (batch, Rust)", encodes)):
         print(f"{name:<28}{statistics.median(values):>10.2f}{statistics.median(values) / total:>8.0%}")
     print(f"{'total':<28}{total:>10.2f}   goal <= {GOAL_SECONDS:.0f} s: {'met' if total <= GOAL_SECONDS else 'MISSED'}")
+
+    compare_trainers(args.runs)
 
     # Encoding, side by side, on a sample that the pure-Python reference finishes in seconds.
     from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import dataclasses
 import errno
+import os
 import shutil
 import signal
 import sys
@@ -727,6 +728,9 @@ _MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO}
 
 def _os_error_line(e: OSError) -> str:
     fix = _OS_ERROR_FIXES.get(e.errno, "check the path and try again")
+    if e.filename is None and e.strerror and e.errno is not None and \
+            e.strerror != os.strerror(e.errno):
+        return f"error: {e.strerror}"  # bertlab's own message: it names the path and the fix
     if e.filename is None:
         return f"error: {e.strerror or e}; {fix}"
     path = str(e.filename) + (f" -> {e.filename2}" if e.filename2 is not None else "")

@@ -26,7 +26,7 @@ from bertlab.cli import COMMANDS, main
 from bertlab.corpus import load_corpus
 from bertlab.hf import load_hf, save_hf
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
-from bertlab.train import latest_checkpoint, load_run, save_checkpoint
+from bertlab.train import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -360,3 +360,203 @@ def test_a_refusal_from_the_real_command_line_has_no_traceback(world):
                            world["other"]], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert_one_clear_error(done.stderr, [world["other"], "other files"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults while a real `python -m bertlab pretrain` runs: signals, kill -9, a full disk, a second
+# process. Every time, what is on disk must be loadable and the run must continue exactly.
+
+PROCESS = [*SMALL, "--threads", "1", "--log-interval", "1", "--eval-interval", "1000",
+           "--checkpoint-interval", "5", "--keep-checkpoints", "3"]
+STEPS = 150
+
+
+def _pretrain(world: dict[str, str], out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bertlab", "pretrain", "--corpus",
+                             world["corpus"], "--out", str(out), *PROCESS, *extra], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_step(process: subprocess.Popen, step: int) -> list[str]:
+    """Read the process's output until it reports optimizer step `step`; return the lines."""
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step ") and int(line.split()[1]) >= step:
+            return lines
+    raise AssertionError(f"the run ended before step {step}: {''.join(lines)[-2000:]}"
+                         f"{process.stderr.read()[-2000:]}")
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_run(run)[0].state_dict()
+
+
+def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a), "the resumed run differs"
+
+
+def _assert_every_checkpoint_loads(run: Path) -> list[str]:
+    names = []
+    for path in list_checkpoints(run):
+        load_run(run, checkpoint=path)  # verifies the digests and loads the weights
+        names.append(path.name)
+    leftovers = [p.name for p in (run / "checkpoints").iterdir() if p.name not in names]
+    assert all(name.startswith(".") and name.endswith(".tmp") for name in leftovers), leftovers
+    return names
+
+
+@pytest.fixture(scope="module")
+def straight_run(world, tmp_path_factory) -> dict[str, torch.Tensor]:
+    """The final weights of the run the interrupted ones must reproduce."""
+    out = tmp_path_factory.mktemp("straight") / "run"
+    done = _pretrain(world, out, "--max-steps", str(STEPS))
+    _, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    return _weights(out)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_saves_a_checkpoint_and_the_resume_is_exact(world, straight_run, tmp_path,
+                                                            signum, code):
+    out = tmp_path / "run"
+    process = _pretrain(world, out, "--max-steps", str(STEPS))
+    _wait_for_step(process, 12)
+    process.send_signal(signum)
+    rest, err = process.communicate(timeout=120)
+    name = signal.Signals(signum).name
+    assert process.returncode == code, err
+    assert f"stopped by {name} (exit code {code})" in err and "Traceback" not in err
+    assert f"{name} at step" in rest and "checkpoint saved" in rest
+    stopped = int(rest.split(f"{name} at step ")[1].split(":")[0])
+    assert 12 <= stopped < STEPS
+    assert _assert_every_checkpoint_loads(out)[-1] == f"step-{stopped:08d}"
+    resumed = _pretrain(world, out, "--max-steps", str(STEPS), "--resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    _assert_same_weights(_weights(out), straight_run)
+
+
+def test_kill_9_five_times_leaves_loadable_checkpoints_and_an_exact_run(world, straight_run,
+                                                                        tmp_path):
+    out = tmp_path / "run"
+    for attempt in range(5):
+        extra = ["--resume"] if attempt else []
+        process = _pretrain(world, out, "--max-steps", str(STEPS), *extra)
+        lines = _wait_for_step(process, 10 * (attempt + 1) + 3)
+        process.kill()  # SIGKILL: no handler runs, nothing is saved on the way out
+        process.wait(timeout=60)
+        assert process.returncode == -signal.SIGKILL, "".join(lines)
+        saved = _assert_every_checkpoint_loads(out)
+        assert saved, "no checkpoint survived"
+    resumed = _pretrain(world, out, "--max-steps", str(STEPS), "--resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    _assert_same_weights(_weights(out), straight_run)
+
+
+def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_path, capsys,
+                                                                   monkeypatch):
+    import bertlab.train as train_mod
+
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "4",
+                 "--checkpoint-interval", "2", *SMALL]) == 0
+    capsys.readouterr()
+    real = train_mod._write_checkpoint_files
+    state = {"calls": 0}
+
+    def ctrl_c_twice(tmp, *args):
+        state["calls"] += 1
+        if state["calls"] == 1:  # the first Ctrl-C, between two steps
+            raise KeyboardInterrupt
+        real(tmp, *args)  # the save it triggers is half written when the second one comes
+        raise KeyboardInterrupt
+
+    def first_interrupt_then_save(model, batch, totals):
+        ctrl_c_twice(None)
+
+    monkeypatch.setattr(train_mod, "_write_checkpoint_files", ctrl_c_twice)
+    monkeypatch.setattr(train_mod, "pretraining_loss", first_interrupt_then_save)
+    before = _assert_every_checkpoint_loads(out)
+    code = main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "8",
+                 "--checkpoint-interval", "2", "--resume", *SMALL])
+    said = capsys.readouterr()
+    assert code == 130, said.err
+    assert "second interrupt during the save" in said.out
+    assert "checkpoint of step 4 was abandoned" in said.out
+    assert f"newest complete checkpoint on disk is {out / 'checkpoints' / 'step-00000004'}" \
+        in said.out
+    monkeypatch.undo()
+    assert _assert_every_checkpoint_loads(out) == before
+    assert not any(p.name.startswith(".") for p in (out / "checkpoints").iterdir())
+
+
+def test_two_runs_on_one_folder_do_not_destroy_each_other(world, tmp_path):
+    out = tmp_path / "run"
+    first = _pretrain(world, out, "--max-steps", "100000", "--checkpoint-interval", "none")
+    _wait_for_step(first, 3)  # it holds the lock and has written run.json and tokenizer.json
+    before = snapshot(out)
+    second = subprocess.run([sys.executable, "-m", "bertlab", "pretrain", "--corpus",
+                             world["corpus"], "--out", str(out), *PROCESS, "--max-steps", "5"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 2
+    assert_one_clear_error(second.stderr, [str(out), f"in use by process {first.pid}"])
+    after = snapshot(out)
+    assert {p: v for p, v in after.items() if "history" not in p} == \
+        {p: v for p, v in before.items() if "history" not in p}  # the first run still writes
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    assert len(_assert_every_checkpoint_loads(out)) == 1  # its Ctrl-C checkpoint
+
+
+def _private_tmpfs_works() -> str | None:
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return "needs Linux and unshare(1)"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d"],
+                           capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"cannot mount a private tmpfs: {probe.stderr}"
+
+
+@pytest.mark.skipif(_private_tmpfs_works() is not None, reason=str(_private_tmpfs_works()))
+def test_a_full_disk_during_a_checkpoint_keeps_the_last_one_and_says_so(world, tmp_path):
+    # A small tmpfs in a private mount namespace (only this test's processes see it): a first
+    # run saves two checkpoints, the disk is then filled up to half a checkpoint, and the
+    # resumed run's next save must fail cleanly.
+    disk, report = tmp_path / "disk", tmp_path / "report.txt"
+    disk.mkdir()
+    common = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "bertlab", "pretrain",
+                                               "--corpus", world["corpus"], *PROCESS])
+    script = f"""
+set -u
+mount -t tmpfs -o size=16m tmpfs {disk}
+{common} --out {disk}/run --max-steps 10 > /dev/null 2>&1; echo "first=$?"
+{sys.executable} - <<'PY'
+import os, pathlib
+run = pathlib.Path("{disk}/run/checkpoints")
+size = sum(f.stat().st_size for f in (run / "step-00000010").iterdir())
+free = os.statvfs(run).f_bavail * os.statvfs(run).f_frsize
+pathlib.Path("{disk}/filler").write_bytes(b"x" * (free - size // 2))
+PY
+{common} --out {disk}/run --max-steps 30 --resume > /dev/null 2> {tmp_path}/err.txt
+echo "second=$?"
+{sys.executable} -c "
+from bertlab.train import list_checkpoints, load_run
+for path in list_checkpoints('{disk}/run'):
+    load_run('{disk}/run', checkpoint=path); print('loads', path.name)
+import os; print('entries', sorted(os.listdir('{disk}/run/checkpoints')))"
+"""
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c",
+                           script], cwd=REPO, capture_output=True, text=True, timeout=600)
+    report.write_text(done.stdout + done.stderr)
+    out = done.stdout
+    assert "first=0" in out, out + done.stderr
+    assert "second=1" in out, out + done.stderr
+    err = (tmp_path / "err.txt").read_text()
+    assert_one_clear_error(err, ["no space left on the device while writing checkpoint",
+                                 "step-00000015", "still", "step-00000010", "--resume"])
+    assert "loads step-00000010" in out and "loads step-00000005" in out
+    assert "entries ['step-00000005', 'step-00000010']" in out  # no half-written folder
