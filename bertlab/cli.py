@@ -427,28 +427,28 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type)
     model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **settings)
     model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(config.seed))
-    try:
-        with _locked_run_folder(out, args.resume, rank, world):
-            if rank == 0 and not args.resume:  # a resumed run keeps its own files
-                save_tokenizer(tok, out / "tokenizer.json")
-                run = {k: v for k, v in vars(args).items() if k != "func"}
-                atomic_write_json(out / "run.json", {"args": run, "model": model_config.to_dict(),
-                                                     "train": config.to_dict()})
-            n_params = sum(p.numel() for p in model.parameters())
-            _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
-                 f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
-                 f"{device}, {world} process(es)")
-            result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
-                              nsp=args.nsp)
-        _say(_history_table(result.history))
-        _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
-             f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
-    finally:
-        if world > 1:
-            # Leave together and close the group: a process that exits while gloo's threads are
-            # still up can abort ("terminate called without an active exception").
-            torch.distributed.barrier()
-            torch.distributed.destroy_process_group()
+    with _locked_run_folder(out, args.resume, rank, world):
+        if rank == 0 and not args.resume:  # a resumed run keeps its own files
+            save_tokenizer(tok, out / "tokenizer.json")
+            run = {k: v for k, v in vars(args).items() if k != "func"}
+            atomic_write_json(out / "run.json", {"args": run, "model": model_config.to_dict(),
+                                                 "train": config.to_dict()})
+        n_params = sum(p.numel() for p in model.parameters())
+        _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
+             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
+             f"{device}, {world} process(es)")
+        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
+                          nsp=args.nsp)
+    _say(_history_table(result.history))
+    _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
+         f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+    if world > 1:
+        # Leave together and close the group: a process that exits while gloo's threads are
+        # still up can abort ("terminate called without an active exception"). Only after
+        # success: a rank that failed has left already (torchrun then stops the others), and
+        # a barrier would hang its partners forever.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0
 
 

@@ -13,9 +13,13 @@ Taught in notebooks/03_nsp_data.ipynb.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import random
+import shutil
+import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -26,7 +30,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from bertlab.corpus import SPLITS, Document, iter_corpus, split_documents
+from bertlab.corpus import CORPORA, SPLITS, Document, iter_corpus, split_documents
 from bertlab.masking import IGNORE_INDEX, example_seed, mask_tokens
 from bertlab.nsp import (
     NOT_NEXT,
@@ -36,6 +40,7 @@ from bertlab.nsp import (
     create_nsp_examples,
 )
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
+from bertlab.util import atomic_write_json, atomic_write_text, check_output_folder
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
 MASKINGS = ("dynamic", "static")
@@ -399,16 +404,18 @@ def pretraining_loader(
 # Streaming: documents -> NSP examples with a bounded pool of negatives
 
 
-def iter_documents(source: str | Path | Iterable[Document]) -> Iterator[Document]:
-    """Yield Documents one at a time from a corpus without reading it all into memory.
+def iter_documents(
+    source: str | Path | Iterable[Document], *, counts: dict[str, int] | None = None
+) -> Iterator[Document]:
+    """Return an iterator over Documents, one at a time, without reading the corpus into memory.
 
     `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
-    a folder of `.txt` files streamed file by file, a BERT-format file streamed line by line).
+    a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks); a
+    path is checked now, and `counts` collects what reading it cut (see `iter_corpus`).
     """
     if isinstance(source, (str, Path)):
-        yield from iter_corpus(source)
-    else:
-        yield from source
+        return iter_corpus(source, counts=counts)
+    return iter(source)
 
 
 class _PackedDoc:
@@ -431,40 +438,61 @@ class _PackedDoc:
 class StreamingNspBuilder:
     """Turns a stream of documents into NSP examples, holding only a bounded window in memory.
 
-    Documents are tokenized `batch_docs` at a time. NotNext B comes from the other documents of
-    the current batch or from a reservoir of at most `reservoir_docs` earlier documents (kept by
-    reservoir sampling, so it is a uniform sample of everything seen so far; a reservoir entry
-    keeps at most `16 * max_seq_len` tokens of its document, a random window of whole
-    sentences). B never comes from A's own document. Memory: one batch plus the reservoir.
+    Documents are tokenized a batch at a time: `batch_docs` documents, or fewer once they hold
+    `batch_chars` characters of sentences. The tokenizer's memory grows with the characters of a
+    batch; 256 news articles or web pages hold well under the default 4 million, so the
+    character limit only cuts batches of long documents (books, up to
+    `bertlab.corpus.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few hundred MB.
+    NotNext B comes from the other documents of the current batch or from a reservoir of at
+    most `reservoir_docs` earlier documents (kept by reservoir sampling, so it is a uniform
+    sample of everything seen so far; a reservoir entry keeps at most `16 * max_seq_len` tokens
+    of its document, a random window of whole sentences). B never comes from A's own document.
+    Memory: one batch plus the reservoir (and the ids of documents not yet taken with
+    `take_doc_ids`).
     """
 
     def __init__(
         self, tokenizer: Tokenizer, *, max_seq_len: int = 128, short_seq_prob: float = 0.1,
         seed: int = 0, balance: str = "exact", dupe_factor: int = 1, include_title: bool = False,
-        batch_docs: int = 256, reservoir_docs: int = 1000, name: str = "corpus",
+        batch_docs: int = 256, reservoir_docs: int = 1000, batch_chars: int = 4_000_000,
+        name: str = "corpus",
     ) -> None:
         check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
-        if batch_docs < 2 or reservoir_docs < 1:
+        if batch_docs < 2 or reservoir_docs < 1 or batch_chars < 1:
             raise ValueError(
-                f"batch_docs={batch_docs}, reservoir_docs={reservoir_docs}; pass batch_docs >= 2 "
-                f"and reservoir_docs >= 1"
+                f"batch_docs={batch_docs}, reservoir_docs={reservoir_docs}, "
+                f"batch_chars={batch_chars}; pass batch_docs >= 2, reservoir_docs >= 1 and "
+                f"batch_chars >= 1"
             )
         self.tokenizer, self.include_title, self.name = tokenizer, include_title, name
         self.batch_docs, self.reservoir_docs, self.dupe_factor = batch_docs, reservoir_docs, dupe_factor
+        self.batch_chars = batch_chars
         self.window_tokens = 16 * max_seq_len
         self.rng = random.Random(seed)
         self.builder = PairBuilder(special_ids(tokenizer), max_seq_len=max_seq_len,
                                    short_seq_prob=short_seq_prob, balance=balance, rng=self.rng)
         self.reservoir: list[tuple[int, _PackedDoc]] = []
         self.seen = 0  # documents with text so far; also the next document index
-        self.doc_ids: list[str] = []  # every document's id, in index order (written to docs.txt)
+        self.doc_ids: list[str] = []  # ids of the documents indexed since the last take_doc_ids
         self.pending: list[Document] = []
+        self.pending_chars = 0
 
     def add(self, doc: Document) -> Iterator[NspExample]:
         """Queue a document; yield the examples of a batch when one is full."""
         self.pending.append(doc)
-        if len(self.pending) >= self.batch_docs:
+        self.pending_chars += sum(len(s) for s in doc.sentences)
+        if self.include_title and doc.title:
+            self.pending_chars += len(doc.title)
+        if len(self.pending) >= self.batch_docs or self.pending_chars >= self.batch_chars:
             yield from self._flush()
+
+    def take_doc_ids(self) -> list[str]:
+        """Return the ids of the documents indexed since the last call, in index order, and forget them.
+
+        Document index i of the examples is the i-th id over all calls (what docs.txt lists).
+        """
+        ids, self.doc_ids = self.doc_ids, []
+        return ids
 
     def finish(self) -> Iterator[NspExample]:
         """Yield the examples of the last, partial batch; raise if the stream had < 2 documents."""
@@ -482,7 +510,7 @@ class StreamingNspBuilder:
         return sents[first:end]
 
     def _flush(self, final: bool = False) -> Iterator[NspExample]:
-        docs, self.pending = self.pending, []
+        docs, self.pending, self.pending_chars = self.pending, [], 0
         texts, counts = [], []
         for doc in docs:
             sents = ([doc.title] if self.include_title and doc.title else []) + list(doc.sentences)
@@ -607,6 +635,7 @@ def prepare_shards(
     include_title: bool = False,
     batch_docs: int = 256,
     reservoir_docs: int = 1000,
+    batch_chars: int = 4_000_000,
 ) -> dict[str, Any]:
     """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
 
@@ -616,9 +645,19 @@ def prepare_shards(
     index order) and per shard `shard-NNNNN.{tokens,offsets,a_len,label,doc_index}.npy`: the
     examples' [CLS] A [SEP] B [SEP] ids back to back, where each starts (n + 1 offsets), the
     length of A, the NSP label and the document index. `splits=None` writes every document to
-    `out_dir` itself. Each split has its own negatives pool (`StreamingNspBuilder`), so
-    validation text never appears in training examples. Memory stays bounded by one batch of
-    documents, the reservoir and one shard. `tokenizer` may be a path to a saved tokenizer.
+    `out_dir` itself. `out_dir/tokenizer.json` is the tokenizer the ids refer to. Each split has
+    its own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
+    examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
+    reservoir and one shard; long lines and huge documents are cut as the corpus is read
+    (`bertlab.load_corpus`), and the summary and each meta.json count them under "corpus_read"
+    (long_lines_split, documents_split, folders_skipped). `tokenizer` may be a path to a saved
+    tokenizer.
+
+    Everything is checked before anything is written: the settings, the corpus path, and
+    `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
+    files are refused) and must not lie inside the corpus folder (its docs.txt would be read as
+    text next time). The shards are written into a hidden sibling folder and moved to `out_dir`
+    only when complete, so a failure midway leaves `out_dir` as it was.
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
@@ -633,47 +672,111 @@ def prepare_shards(
         if unknown or not splits:
             raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
     out = Path(out_dir)
+    check_output_folder(out, "out_dir")
+    _check_not_inside_corpus(out, corpus, "out_dir")
+    counts: dict[str, int] = {}
+    docs = iter_documents(corpus, counts=counts)
     names = list(splits) if splits is not None else [None]
     settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
                     dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
-                    reservoir_docs=reservoir_docs)
-    builders, writers = {}, {}
-    for k, name in enumerate(names):
-        folder = out / name if name else out
-        folder.mkdir(parents=True, exist_ok=True)
-        if (folder / "meta.json").exists():
-            raise ValueError(f"'{folder}' already holds shards; pass an empty or new out_dir")
-        label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
-        builders[name] = StreamingNspBuilder(
-            tokenizer, seed=seed + 1_000_003 * k, name=f"{label} ({name or 'all'} split)", **settings
-        )
-        writers[name] = _ShardWriter(folder, shard_size, tokenizer.get_vocab_size())
-    skipped = 0
-    for doc in iter_documents(corpus):
-        name = doc.split if splits is not None else None
-        if name not in builders:
-            skipped += 1
-            continue
-        for ex in builders[name].add(doc):
-            writers[name].add(ex)
-    summary: dict[str, Any] = {"out_dir": str(out), "documents_not_in_splits": skipped, "splits": {}}
-    for k, name in enumerate(names):
-        builder, writer = builders[name], writers[name]
-        for ex in builder.finish():
-            writer.add(ex)
-        writer.flush()
-        meta = {
-            "format": SHARD_FORMAT, "split": name, "seed": seed + 1_000_003 * k,
-            "vocab_size": tokenizer.get_vocab_size(), "dtype": np.dtype(writer.dtype).name,
-            "documents": builder.seen,
-            "one_sentence_docs_skipped": builder.builder.one_sentence_docs_skipped,
-            **settings, **writer.counts, "shards": writer.shards,
-        }
-        (writer.folder / "docs.txt").write_text("".join(i + "\n" for i in builder.doc_ids),
-                                                encoding="utf-8")
-        (writer.folder / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        summary["splits"][name or "all"] = meta
+                    reservoir_docs=reservoir_docs, batch_chars=batch_chars)
+    label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
+    builders = {
+        name: StreamingNspBuilder(tokenizer, seed=seed + 1_000_003 * k,
+                                  name=f"{label} ({name or 'all'} split)", **settings)
+        for k, name in enumerate(names)
+    }
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        summary = _write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
+                                vocab_size=tokenizer.get_vocab_size(), settings=settings,
+                                counts=counts)
+        atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
+        _publish(staging, out, "out_dir")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    summary["out_dir"] = str(out)
+    summary["tokenizer"] = str(out / "tokenizer.json")
     return summary
+
+
+def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:
+    """Raise if `out` is, or lies inside, the corpus folder being read."""
+    if not isinstance(corpus, (str, Path)) or corpus in CORPORA or not str(corpus).strip():
+        return
+    root = Path(corpus).resolve()
+    target = out.resolve()
+    if root.is_dir() and (target == root or target.is_relative_to(root)):
+        raise ValueError(
+            f"{flag} {out} is inside the corpus folder '{corpus}'; its docs.txt would be read as "
+            f"text the next time the corpus is read: choose a folder outside the corpus "
+            f"(nothing was written)"
+        )
+
+
+def _write_shards(
+    docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path, *,
+    shard_size: int, seed: int, vocab_size: int, settings: dict[str, Any],
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """Return the summary after writing each split's shards, docs.txt and (last) meta.json."""
+    writers: dict[str | None, _ShardWriter] = {}
+    with contextlib.ExitStack() as stack:
+        doc_files = {}
+        for name in builders:
+            split_folder = folder / name if name else folder
+            split_folder.mkdir(exist_ok=True)
+            writers[name] = _ShardWriter(split_folder, shard_size, vocab_size)
+            # Streamed as documents come (ids are not held in memory); the file only becomes
+            # visible when the finished folder is moved into place.
+            doc_files[name] = stack.enter_context(
+                open(split_folder / "docs.txt", "w", encoding="utf-8"))  # noqa: SIM115
+        skipped = 0
+        for doc in docs:
+            name = doc.split if None not in builders else None
+            if name not in builders:
+                skipped += 1
+                continue
+            builder = builders[name]
+            for ex in builder.add(doc):
+                writers[name].add(ex)
+            doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
+        summary: dict[str, Any] = {"documents_not_in_splits": skipped, "corpus_read": dict(counts),
+                                   "splits": {}}
+        for k, (name, builder) in enumerate(builders.items()):
+            writer = writers[name]
+            for ex in builder.finish():
+                writer.add(ex)
+            writer.flush()
+            doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
+            doc_files[name].close()
+            meta = {
+                "format": SHARD_FORMAT, "split": name, "seed": seed + 1_000_003 * k,
+                "vocab_size": vocab_size, "dtype": np.dtype(writer.dtype).name,
+                "documents": builder.seen,
+                "one_sentence_docs_skipped": builder.builder.one_sentence_docs_skipped,
+                **settings, **writer.counts, "shards": writer.shards,
+                "corpus_read": dict(counts),
+            }
+            atomic_write_json(writer.folder / "meta.json", meta)
+            summary["splits"][name or "all"] = meta
+    return summary
+
+
+def _publish(staging: Path, out: Path, flag: str) -> None:
+    """Move the finished shard folder `staging` to `out` (missing or empty), meta.json last."""
+    check_output_folder(out, flag)  # nothing may have appeared there while the shards were written
+    if not out.exists():
+        os.replace(staging, out)
+        return
+    # An existing empty folder (made by hand, or holding a lock) stays: the content moves in,
+    # meta.json and train/ last, so the folder never looks like complete shards too early.
+    for entry in sorted(staging.iterdir(), key=lambda e: (e.name in ("meta.json", "train"), e.name)):
+        os.replace(entry, out / entry.name)
+    staging.rmdir()
 
 
 def prepare_command(
@@ -689,23 +792,25 @@ def prepare_command(
     """Return the `prepare_shards` summary after writing shards and `out/tokenizer.json` (for the CLI).
 
     `tokenizer`: a saved tokenizer (file or folder), or None to train a WordPiece vocabulary of
-    `vocab_size` on the corpus first (that reads all its text into memory once; pass a trained
-    tokenizer for corpora of many GB). The tokenizer used is saved next to the shards, so later
-    steps (pretraining, export) find the vocabulary the ids refer to. `options` go to
-    `prepare_shards` (shard_size, splits, short_seq_prob, balance, ...).
+    `vocab_size` on the corpus first (see `bertlab.train_tokenizer` for what that reads; pass a
+    trained tokenizer for corpora of many GB). The tokenizer used is saved next to the shards, so
+    later steps (pretraining, export) find the vocabulary the ids refer to. `out` and the corpus
+    path are checked before the tokenizer is trained, so a wrong `--out` fails at once.
+    `options` go to `prepare_shards` (shard_size, splits, short_seq_prob, balance, ...).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
-    from bertlab.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+    from bertlab.tokenizer import load_tokenizer, train_tokenizer
 
     out = Path(out)
+    check_output_folder(out, "--out")
+    _check_not_inside_corpus(out, corpus, "--out")
     if tokenizer is None:
         tok = train_tokenizer(iter_documents(corpus), vocab_size=vocab_size)
     else:
+        iter_documents(corpus)  # checks the corpus path before any work
         tok = load_tokenizer(tokenizer)
-    summary = prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
-    summary["tokenizer"] = str(save_tokenizer(tok, out / "tokenizer.json"))
-    return summary
+    return prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
 
 
 def shard_folder(path: str | Path, split: str | None) -> Path:

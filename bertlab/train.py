@@ -1019,7 +1019,9 @@ def train_loop(
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     _check_loader_batch(train_loader, config, world)
-    out = check_run_folder(out_dir, resume)
+    # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
+    out = check_run_folder(out_dir, resume) if is_main else (
+        None if out_dir is None else Path(out_dir))
     model.to(device)
     if device.type == "cuda":  # TF32 matmuls for whatever autocast leaves in fp32
         torch.backends.cuda.matmul.allow_tf32 = True

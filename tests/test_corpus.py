@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import subprocess
 import sys
 
@@ -266,3 +267,149 @@ def test_bert_format_file_with_bad_bytes_names_the_offset(tmp_path):
         load_corpus(path)
     docs = load_corpus(path, errors="replace")
     assert docs[1].sentences == ["Price \ufffd5."]
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded memory: long lines, huge files, bertlab output inside a corpus folder
+
+
+def numbered_sentences(n: int, start: int = 0) -> list[str]:
+    """Distinct English sentences, so a test can see that none is lost or duplicated."""
+    return [f"Sentence number {i} says the market rose {i % 97} points today." for i in
+            range(start, start + n)]
+
+
+def test_long_bert_format_line_is_cut_into_sentences_and_nothing_is_dropped(tmp_path):
+    from bertlab.corpus import MAX_DOC_CHARS, MAX_LINE_CHARS, iter_corpus
+
+    # One line (no newline at all) of 1.2 million characters: beyond both budgets.
+    sentences = numbered_sentences(20_000)
+    path = tmp_path / "dump.txt"
+    path.write_text(" ".join(sentences), encoding="utf-8")
+    assert path.stat().st_size > MAX_DOC_CHARS
+    counts: dict[str, int] = {}
+    with pytest.warns(UserWarning, match=r"dump\.txt': 1 line\(s\) longer than 10,000 .* 1 document"):
+        docs = list(iter_corpus(path, counts=counts))
+    assert [s for d in docs for s in d.sentences] == sentences  # every sentence, in order
+    assert [d.id for d in docs] == ["dump/0#1", "dump/0#2"]
+    assert {d.split for d in docs} == {split_of("dump/0")}
+    assert max(len(s) for d in docs for s in d.sentences) <= MAX_LINE_CHARS
+    assert all(sum(map(len, d.sentences)) <= MAX_DOC_CHARS + MAX_LINE_CHARS for d in docs)
+    assert counts == {"long_lines_split": 1, "documents_split": 1, "folders_skipped": 0}
+
+
+def test_long_line_without_spaces_is_cut_at_the_budget(tmp_path):
+    from bertlab.corpus import MAX_LINE_CHARS
+
+    path = tmp_path / "blob.txt"
+    path.write_text("Short first line.\n" + "x" * (3 * MAX_LINE_CHARS + 5) + "\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="1 line"):
+        docs = load_corpus(path)
+    assert docs[0].sentences[0] == "Short first line."
+    assert [len(s) for s in docs[0].sentences[1:]] == [MAX_LINE_CHARS] * 3 + [5]
+
+
+def test_huge_folder_file_becomes_bounded_documents_in_one_split(tmp_path):
+    from bertlab.corpus import MAX_DOC_CHARS, MAX_LINE_CHARS, iter_corpus
+
+    paragraphs = [" ".join(numbered_sentences(8, start=8 * i)) for i in range(6_000)]
+    paragraphs[10] = "a paragraph that continues the one before, in lower case."
+    text = "\r\n\r\n".join(paragraphs)  # Windows line ends, 2.9 million characters
+    (tmp_path / "book.txt").write_bytes(text.encode("utf-8"))
+    (tmp_path / "note.txt").write_text("A short note. It has two sentences.", encoding="utf-8")
+    counts: dict[str, int] = {}
+    with pytest.warns(UserWarning, match=r"book\.txt': 1 document\(s\) longer than 1,000,000"):
+        docs = list(iter_corpus(tmp_path, counts=counts))
+    parts = [d for d in docs if d.id.startswith("book")]
+    assert [d.id for d in parts] == ["book#1", "book#2", "book#3"]
+    assert {d.split for d in parts} == {split_of("book")}  # never across train and test
+    assert all(len(d.text) <= MAX_DOC_CHARS + MAX_LINE_CHARS for d in parts)
+    # Parts are cut between paragraphs: the same sentences as splitting the whole file.
+    assert [s for d in parts for s in d.sentences] == split_sentences(text.replace("\r\n", "\n"))
+    assert docs[-1].id == "note" and docs[-1].sentences == ["A short note.", "It has two sentences."]
+    assert counts["documents_split"] == 1 and counts["long_lines_split"] == 0
+
+
+def test_folder_file_over_the_byte_budget_that_fits_stays_one_document(tmp_path):
+    from bertlab.corpus import MAX_DOC_CHARS, iter_corpus
+
+    # 400,000 Chinese characters are 1.2 MB of UTF-8: streamed, but one document as before.
+    text = "\n".join("我们今天在北京开会。" * 40 for _ in range(1_000))
+    path = tmp_path / "zh.txt"
+    path.write_text(text, encoding="utf-8")
+    assert path.stat().st_size > MAX_DOC_CHARS > len(text)
+    [doc] = iter_corpus(tmp_path)
+    assert doc.id == "zh" and doc.text == text and doc.sentences == split_sentences(text)
+
+
+def test_reading_a_long_line_holds_a_bounded_amount_of_memory(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from bertlab import corpus
+
+    # Small budgets make the bound visible on a small file: 4 MB in one line must be read while
+    # holding a few blocks and one document, not the whole line.
+    monkeypatch.setattr(corpus, "_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(corpus, "MAX_LINE_CHARS", 2_000)
+    monkeypatch.setattr(corpus, "MAX_DOC_CHARS", 20_000)
+    path = tmp_path / "line.txt"
+    path.write_text(" ".join(numbered_sentences(70_000)), encoding="utf-8")
+    size = path.stat().st_size
+    assert size > 4_000_000
+    tracemalloc.start()
+    try:
+        with pytest.warns(UserWarning, match="1 line"):
+            chars = sum(len(s) + 1 for doc in corpus.iter_corpus(path) for s in doc.sentences)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert chars == size + 1  # all of it was read (n sentences, n - 1 spaces between them)
+    assert peak < size / 4, f"peak {peak:,} bytes while streaming a {size:,}-byte line"
+
+
+def test_empty_corpus_source_is_an_error_not_the_current_folder():
+    from bertlab.corpus import iter_corpus
+
+    for source in ("", "   "):
+        with pytest.raises(ValueError, match=r"corpus '\s*' is empty; pass a corpus name"):
+            iter_corpus(source)  # raised at the call, before any iteration
+        with pytest.raises(ValueError, match="is empty"):
+            load_corpus(source)
+
+
+def test_bertlab_output_inside_a_corpus_folder_is_not_read_as_text(tmp_path):
+    import json
+
+    from bertlab.corpus import iter_corpus
+
+    (tmp_path / "news").mkdir()
+    (tmp_path / "news" / "a.txt").write_text("Real text. Two sentences.", encoding="utf-8")
+    shards = tmp_path / "shards" / "train"
+    shards.mkdir(parents=True)
+    (shards / "meta.json").write_text(json.dumps({"format": 1}), encoding="utf-8")
+    (shards / "docs.txt").write_text("news/a\nnews/b\n", encoding="utf-8")
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "export" / "vocab.txt").write_text("[PAD]\n[UNK]\nthe\n", encoding="utf-8")
+    (tmp_path / "runs" / "r1" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "notes.txt").write_text("Loss went down.", encoding="utf-8")
+    counts: dict[str, int] = {}
+    with pytest.warns(UserWarning) as caught:
+        docs = list(iter_corpus(tmp_path, counts=counts))
+    assert [d.id for d in docs] == ["news/a"]
+    messages = " ".join(str(w.message) for w in caught)
+    for name, what in (("export", "Hugging Face"), ("r1", "pretraining run"),
+                       ("shards", "prepared NSP shards")):
+        assert re.search(rf"skipped '[^']*{name}': it holds [^;]*{what}", messages), name
+    assert counts["folders_skipped"] == 3
+    # Passed directly, such a folder is refused rather than read.
+    with pytest.raises(ValueError, match="holds prepared NSP shards .*, not text"):
+        iter_corpus(tmp_path / "shards")
+    # A folder whose only .txt files sit in bertlab output has no text: say what was skipped.
+    only = tmp_path / "only"
+    (only / "hf").mkdir(parents=True)
+    (only / "hf" / "config.json").write_text("{}", encoding="utf-8")
+    (only / "hf" / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="skipped"), \
+            pytest.raises(ValueError, match=r"has no \.txt files \(skipped '.*hf' \(a Hugging Face"):
+        list(iter_corpus(only))

@@ -293,7 +293,7 @@ def test_prepare_and_shard_errors(setup, tmp_path):
     with pytest.raises(ValueError, match="has 1 document; NSP needs at least 2"):
         prepare_shards(synthetic_docs(1), tok, tmp_path / "one", splits=None)
     prepare_shards(synthetic_docs(10), tok, tmp_path / "all", splits=None, max_seq_len=32)
-    with pytest.raises(ValueError, match="already holds shards"):
+    with pytest.raises(ValueError, match="already holds prepared NSP shards"):
         prepare_shards(synthetic_docs(10), tok, tmp_path / "all", splits=None)
     assert len(pretraining_loader(tmp_path / "all", tok).dataset) > 0
     with pytest.raises(ValueError, match="has no held-out|holds the whole corpus"):
@@ -338,3 +338,108 @@ def test_sharded_sampler_splits_the_single_process_order(setup):
         got = [sorted(masked_rows(a) + masked_rows(b)) for a, b in zip(*per_rank, strict=False)]
         n = len(examples) // 8  # full batches (the last, partial one is padded differently)
         assert got[:n] == want[:n]
+
+
+# --- prepare: bounded memory, output folder checks, failures ---------------------------------------
+
+
+def folder_bytes(root) -> dict[str, bytes]:
+    """Every file under `root` with its bytes, so a test can see that nothing was touched."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def write_text_corpus(folder, n: int = 30) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for d in synthetic_docs(n, seed=4):
+        (folder / f"{d.id.replace('/', '_')}.txt").write_text(" ".join(d.sentences), encoding="utf-8")
+
+
+def test_prepare_cuts_a_long_line_and_keeps_all_of_it(setup, tmp_path):
+    from bertlab.corpus import MAX_DOC_CHARS
+
+    tok = setup[0]
+    # A BERT-format file that is one 1.2 MB line: before, one "sentence" (dropped by NSP as a
+    # one-sentence document); now two documents of many sentences, and the cut is reported.
+    sentences = [f"Sentence {i} tells how the {WORDS[i % len(WORDS)]} moved today." for i in
+                 range(25_000)]
+    corpus = tmp_path / "dump.txt"
+    corpus.write_text(" ".join(sentences), encoding="utf-8")
+    assert corpus.stat().st_size > MAX_DOC_CHARS
+    with pytest.warns(UserWarning, match="1 line"):
+        summary = prepare_shards(corpus, tok, tmp_path / "out", splits=None, max_seq_len=64)
+    meta = summary["splits"]["all"]
+    assert summary["corpus_read"] == {"long_lines_split": 1, "documents_split": 1,
+                                      "folders_skipped": 0}
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["corpus_read"] == \
+        summary["corpus_read"]
+    assert meta["documents"] == 2 and meta["one_sentence_docs_skipped"] == 0
+    assert (tmp_path / "out" / "docs.txt").read_text().split() == ["dump/0#1", "dump/0#2"]
+    # Nearly every token reaches an example (only the pairs' truncation drops a few).
+    text_tokens = sum(len(ids) for ids in bl.encode_sentences(tok, sentences))
+    assert meta["tokens"] - 3 * meta["examples"] + meta["tokens_dropped"] >= 0.9 * text_tokens
+
+
+def test_streaming_batches_are_bounded_by_characters(setup):
+    tok = setup[0]
+    builder = StreamingNspBuilder(tok, max_seq_len=32, batch_docs=100, batch_chars=2_000)
+    for doc in synthetic_docs(60, seed=6):
+        list(builder.add(doc))
+        assert builder.pending_chars < 2_000 and len(builder.pending) < 100
+    assert builder.seen > 0  # batches were flushed on characters, long before 100 documents
+
+
+@pytest.mark.parametrize("kind", ["run", "hf", "other", "inside_corpus"])
+def test_prepare_refuses_an_occupied_or_unsafe_out_folder_and_changes_nothing(setup, tmp_path, kind):
+    tok = setup[0]
+    corpus = tmp_path / "corpus"
+    write_text_corpus(corpus)
+    out = {"run": tmp_path / "run", "hf": tmp_path / "hf", "other": tmp_path / "mine",
+           "inside_corpus": corpus / "shards"}[kind]
+    out.mkdir(exist_ok=True)
+    if kind == "run":
+        (out / "checkpoints").mkdir()
+        (out / "run.json").write_text('{"step": 10}', encoding="utf-8")
+    elif kind == "hf":
+        (out / "config.json").write_text("{}", encoding="utf-8")
+        (out / "vocab.txt").write_text("[PAD]\n", encoding="utf-8")
+    elif kind == "other":
+        (out / "notes.md").write_text("my notes", encoding="utf-8")
+    message = {"run": "already holds a pretraining run", "hf": "already holds a Hugging Face",
+               "other": "already holds other files", "inside_corpus": "is inside the corpus folder"}
+    before = folder_bytes(tmp_path)
+    for call in (lambda: prepare_shards(corpus, tok, out, max_seq_len=32),
+                 lambda: prepare_command(corpus, out, None, max_seq_len=32, vocab_size=200)):
+        with pytest.raises(ValueError, match=message[kind]):
+            call()
+        assert folder_bytes(tmp_path) == before  # nothing written, nothing left beside it
+
+
+def test_prepare_failing_midway_leaves_no_shards(setup, tmp_path):
+    tok = setup[0]
+    corpus = tmp_path / "corpus"
+    write_text_corpus(corpus, n=40)
+    (corpus / "zz_empty.txt").write_text("  \n", encoding="utf-8")  # read last: an error midway
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"zz_empty\.txt' has no sentences"):
+        prepare_shards(corpus, tok, out, max_seq_len=32, batch_docs=4, shard_size=5)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no partial folder either
+
+    def failing_stream():
+        yield from synthetic_docs(50, seed=7)
+        raise RuntimeError("disk went away")
+
+    out.mkdir()  # an existing empty folder stays empty
+    with pytest.raises(RuntimeError, match="disk went away"):
+        prepare_shards(failing_stream(), tok, out, splits=None, max_seq_len=32, batch_docs=4,
+                       shard_size=5)
+    assert list(out.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]
+    # The same corpus, once fixed, prepares into that folder.
+    (corpus / "zz_empty.txt").unlink()
+    summary = prepare_shards(corpus, tok, out, max_seq_len=32, splits=None)
+    assert summary["splits"]["all"]["documents"] == 40
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("shard-")) == [
+        "docs.txt", "meta.json", "tokenizer.json"]
+    assert bl.load_tokenizer(out / "tokenizer.json").get_vocab() == tok.get_vocab()
