@@ -36,12 +36,7 @@ SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "-
 TINY = ["--max-steps", "2", *SMALL]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models; extra threads only oversubscribe a busy machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _copy(src: Path, dst: Path, drop: str | None = None) -> Path:

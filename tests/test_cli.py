@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from bertlab import cli
 from bertlab.cli import build_parser, main
@@ -18,12 +17,7 @@ SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "-
          "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models; extra threads only oversubscribe a busy machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
