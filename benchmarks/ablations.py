@@ -47,6 +47,7 @@ from bertlab.experiments import (
     random_init_scores,
     run_grid,
     summarize_records,
+    unigram_reference,
 )
 
 DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
           f"budget {budget.name}: {budget.to_dict()}", flush=True)
 
     references: dict = {}
+    # The frequency guess on this sweep's own vocabulary and held-out targets: the bar every
+    # cell's MLM accuracy is read against (a vocabulary cannot be rebuilt from the records).
+    unigram = unigram_reference(budget)
 
     def save(complete: bool) -> None:
         rows, verdicts = summary_with_verdicts(records, args.groups)
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             "paper": {"masking": PAPER_MASKING, "nsp": PAPER_NSP, "claims": PAPER_CLAIMS},
             "records": records,
             "random_init": references,
+            "unigram": unigram,
             "summary": rows,
             "verdicts": verdicts,
         }

@@ -431,6 +431,26 @@ def _downstream_metrics(model, data: _Data, b: Budget, seed: int) -> dict[str, f
     return metrics
 
 
+def unigram_reference(budget: Budget) -> dict[str, Any]:
+    """Return {"token", "mlm_accuracy"}: the score of always guessing the most frequent target.
+
+    Counted on training pairs, scored on the validation pairs and masks every cell is scored
+    on, with the budget's own tokenizer: the held-out MLM accuracy of a model that learned word
+    frequencies and no context, the bar every cell's accuracy is read against.
+    """
+    from bertlab.data import pretraining_loader
+    from bertlab.train import unigram_baseline
+
+    data = _Data(budget)
+    loaders = [pretraining_loader(examples, data.tokenizer, split=None,
+                                  batch_size=budget.batch_size, seed=EVAL_SEED, shuffle=True,
+                                  masking="static")
+               for examples in (data.train(EVAL_SEED), data.validation)]
+    found = unigram_baseline(*loaders, max_batches=budget.eval_batches)
+    return {"token": data.tokenizer.id_to_token(found["token_id"]),
+            "mlm_accuracy": found["mlm_accuracy"]}
+
+
 def random_init_scores(budget: Budget, seeds: Sequence[int]) -> dict[str, list]:
     """Return the downstream scores of the cells' starting point, per seed: the same model,
     tokenizer and measurements as a cell, on the weights the seed initialises before pretraining.

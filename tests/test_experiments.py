@@ -332,6 +332,10 @@ def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp
     for name in ("probe_accuracy", "probe_accuracy_cls", "finetune_accuracy"):
         assert len(saved["random_init"][name]) == 1 and 0 <= saved["random_init"][name][0] <= 1
     assert {r["name"] for r in saved["summary"]} == {"MLM + NSP", "MLM only"}
+    # The frequency guess on the sweep's own vocabulary and held-out targets.
+    assert saved["unigram"] == ex.unigram_reference(toy)
+    assert 0 < saved["unigram"]["mlm_accuracy"] < 0.5 and saved["unigram"]["token"] in {
+        "the", ",", ".", "to", "of"}
     capsys.readouterr()
     assert script.main(argv) == 0  # everything finished: read back from the cache
     assert "cached" in capsys.readouterr().out
