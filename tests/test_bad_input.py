@@ -366,10 +366,18 @@ PROCESS = [*SMALL, "--threads", "1", "--log-interval", "1", "--eval-interval", "
 STEPS = 150
 
 
+def _as_in_a_terminal() -> None:
+    # A job started in the background by a non-interactive shell (CI, nohup ... &) inherits
+    # SIGINT ignored, and Python then never turns it into KeyboardInterrupt. The run under test
+    # gets the default disposition, as a command typed in a terminal has.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _pretrain(world: dict[str, str], out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "bertlab", "pretrain", "--corpus",
                              world["corpus"], "--out", str(out), *PROCESS, *extra], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_as_in_a_terminal)
 
 
 def _wait_for_step(process: subprocess.Popen, step: int) -> list[str]:
