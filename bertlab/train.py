@@ -751,7 +751,8 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     if path is None:
         raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
                          f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab pretrain")
-    verify_checkpoint(path)
+    if checkpoint is not None:  # latest_verified_checkpoint has hashed the newest already
+        verify_checkpoint(path)
     state = read_checkpoint_state(path, verified=True)
     if state.get("model_class") != "BertForPreTraining" or not state.get("model_config"):
         raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, not a "
