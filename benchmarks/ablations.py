@@ -2,18 +2,18 @@
 Table 8), NSP on/off (BERT Table 5, RoBERTa), masking rate (Wettig et al. 2022) and static vs
 dynamic masking (RoBERTa).
 
-Each cell of the grid (`bertlab.experiments.GROUPS` x seeds) pretrains a fresh model and
-measures held-out MLM accuracy (with and without [MASK] in the input), NSP accuracy, [CLS]
-linear probes on BBC topics and, in the "gpu" budget, fine-tuned BBC topic accuracy. Finished
+Each cell of the grid (`bertlab.grid.GROUPS` x seeds) pretrains a fresh model and measures
+held-out MLM accuracy (with and without [MASK] in the input), NSP accuracy, [CLS] linear probes
+on BBC topics and, in the budgets that ask for it, fine-tuned BBC topic accuracy. Finished
 cells are cached by a hash of their full config in --cache-dir, so an interrupted sweep resumes
 where it stopped and a changed setting re-runs only what it changes. The results file (written
 after every cell) holds the exact command, the budget, and every cell's config, seed and metrics.
 
-Budgets: "quick" (tiny model, 64-token pairs, 250 steps: the reduced sweep for a shared
-machine; read its differences against seed noise), "cpu" (default: tiny model, 128 tokens, 300
-steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, MLM-only reference, fine-tuning on:
-where the variants start to separate; 7-11 min per run on one core), "gpu" (mini model, 3000 steps,
-fine-tuning on; sized by estimate for about 1 hour on one GPU, not yet measured).
+Budgets (`bertlab.grid.BUDGETS`): "quick" (tiny model, 64-token pairs, 250 steps: the reduced
+sweep for a shared machine; read its differences against seed noise), "cpu" (default: tiny
+model, 128 tokens, 300 steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, MLM-only
+reference, fine-tuning on: where the variants start to separate), "gpu" (mini model, 3000
+steps, fine-tuning on). The wall clock of a finished sweep is in its results file (`wall_s`).
 
 Usage:
   python benchmarks/ablations.py                                   # cpu budget, all groups, 3 seeds
@@ -24,7 +24,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -33,7 +32,15 @@ from pathlib import Path
 
 import torch
 
-from bertlab.experiments import (
+from bertlab.ablations import (
+    compare_to_baseline,
+    format_summary,
+    random_init_scores,
+    run_grid,
+    summarize_records,
+    unigram_reference,
+)
+from bertlab.grid import (
     BASELINES,
     BUDGETS,
     GROUPS,
@@ -42,13 +49,8 @@ from bertlab.experiments import (
     PAPER_NSP,
     ablation_grid,
     cell_key,
-    compare_to_baseline,
-    format_summary,
-    random_init_scores,
-    run_grid,
-    summarize_records,
-    unigram_reference,
 )
+from bertlab.util import atomic_write_json
 
 DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
 VERDICT_METRICS = ("mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",
@@ -134,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "verdicts": verdicts,
         }
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1), encoding="utf-8")
-        os.replace(tmp, out)
+        atomic_write_json(out, result)
 
     def on_record(record: dict) -> None:
         records.append(record)

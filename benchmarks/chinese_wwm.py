@@ -2,7 +2,7 @@
 
 For each seed, two tiny BERTs start from the same initialisation and see the same NSP examples
 of the zh-news training split in the same order; they differ only in which tokens are targets:
-single characters, or every character of a gold word (`bertlab.zh.SegmentedCollator`). Then,
+single characters, or every character of a gold word (`pretraining_loader(..., word_ids=...)`). Then,
 for each model:
 
 1. masked-LM accuracy on held-out zh-news pairs (validation split) under two fixed maskings,
@@ -28,13 +28,16 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.corpus import load_corpus, split_documents
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.document import split_documents
 from bertlab.finetune import FinetuneConfig, finetune_classifier
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
+from bertlab.pretraining import pretrain
 from bertlab.tokenizer import train_tokenizer
-from bertlab.train import TrainConfig, pretrain
-from bertlab.zh import nsp_word_ids, segment_corpus, segmented_loader, whole_word_scores
+from bertlab.train import TrainConfig
+from bertlab.zh import nsp_word_ids, segment_corpus, whole_word_scores
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("char", "wwm")
@@ -69,9 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     train_ex, train_words = segmented_examples(parts["train"], tok, seed=0)
     val_ex, val_words = segmented_examples(parts["validation"], tok, seed=1)
     evals = {  # fixed masks, every target shown as [MASK]
-        kind: segmented_loader(val_ex, val_words, tok, whole_word=kind == "wwm", batch_size=64,
-                               shuffle=False, masking="static", return_word_ids=True,
-                               mask_replace_prob=1.0, random_replace_prob=0.0)
+        kind: pretraining_loader(val_ex, tok, split=None, word_ids=val_words,
+                                 whole_word=kind == "wwm", batch_size=64, shuffle=False,
+                                 masking="static", return_word_ids=True,
+                                 mask_replace_prob=1.0, random_replace_prob=0.0)
         for kind in KINDS
     }
     print(f"{len(train_ex)} training pairs, {len(val_ex)} validation pairs, vocabulary "
@@ -87,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"seed": seed, "model": "from scratch", "sentiment_accuracy": scratch.accuracy})
         for kind in KINDS:
             model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
-            loader = segmented_loader(train_ex, train_words, tok, whole_word=kind == "wwm",
-                                      batch_size=32, seed=seed)
+            loader = pretraining_loader(train_ex, tok, split=None, word_ids=train_words,
+                                        whole_word=kind == "wwm", batch_size=32, seed=seed)
             run = pretrain(model, loader, None, TrainConfig(
                 max_steps=args.steps, batch_size=32, lr=args.lr, checkpoint_interval=None,
                 progress=False, log_interval=0, device="cpu", seed=seed))

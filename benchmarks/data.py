@@ -139,11 +139,11 @@ def write_long_line(path: Path, english: list[list[str]], seed: int = 0) -> int:
 CHILD = r"""
 import json, resource, sys, time
 import bertlab as bl
-from bertlab.data import prepare_shards
+from bertlab.shards import prepare_shards
 from bertlab.nsp import create_nsp_examples
 mode, corpus, tok_path, out, splits = sys.argv[1:6]
 splits = None if splits == "all" else tuple(splits.split(","))
-tok = bl.load_tokenizer(tok_path)
+tok = load_tokenizer(tok_path)
 start = time.perf_counter()
 if mode == "stream":
     summary = prepare_shards(corpus, tok, out, max_seq_len=128, seed=0, splits=splits)
@@ -152,7 +152,7 @@ if mode == "stream":
               "documents": sum(m["documents"] for m in metas), **summary["corpus_read"]}
 else:
     docs = bl.load_corpus(corpus)
-    groups = bl.split_documents(docs)
+    groups = split_documents(docs)
     chosen = [groups[s] for s in splits] if splits else [docs]
     result = {"examples": sum(len(create_nsp_examples(g, tok, max_seq_len=128, seed=0))
                               for g in chosen),

@@ -40,21 +40,21 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
+from bertlab.checkpoint import load_run
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
+from bertlab.downstream import cls_features, linear_probe, tfidf_baseline
 from bertlab.finetune import (
     FinetuneConfig,
-    cls_features,
     finetune_classifier,
     format_table,
     from_scratch,
-    linear_probe,
     summarize,
-    tfidf_baseline,
 )
 from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import evaluate, pretrain
 from bertlab.tokenizer import train_tokenizer
-from bertlab.train import TrainConfig, evaluate, load_run, pretrain
+from bertlab.train import TrainConfig
 
 RESULTS = Path(__file__).parent / "results"
 

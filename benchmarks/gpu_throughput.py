@@ -2,9 +2,11 @@
 
 For each preset (default: base and tiny) at sequence length 128: the full training step (forward,
 MLM + NSP loss, backward, gradient clipping, fused AdamW) under bf16 autocast and torch.compile,
-for bertlab's model and for transformers' (SDPA attention). Prints the median step time,
-tokens/s, model FLOPs utilisation (bertlab.flops_per_token x tokens/s / peak; the same FLOP
-count for both, so the MFU ratio is the speed ratio) and the ratio transformers / bertlab.
+for bertlab's model and for transformers' (SDPA attention), both with the process-wide switches
+the training loop sets (`bertlab.device.fast_math`: TF32, dynamo tracing the sparse MLM head).
+Prints the median step time, tokens/s, model FLOPs utilisation (bertlab.sizes.flops_per_token x
+tokens/s / peak; the same FLOP count for both, so the MFU ratio is the speed ratio) and the
+ratio transformers / bertlab.
 
 Batches are full-length sequences (no padding) with 15% of positions as MLM targets, drawn from
 a seeded generator: the step costs what a packed pretraining batch costs.
@@ -25,14 +27,11 @@ from pathlib import Path
 
 import torch
 
-from bertlab.model import BertConfig, BertForPreTraining, flops_per_token
-from bertlab.train import (
-    TrainConfig,
-    autocast_context,
-    build_optimizer,
-    pretraining_counts,
-    pretraining_loss,
-)
+from bertlab.device import autocast_context, fast_math
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import pretraining_counts, pretraining_loss
+from bertlab.sizes import flops_per_token
+from bertlab.train import TrainConfig, build_optimizer
 
 
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device,
@@ -115,8 +114,6 @@ def main() -> int:
         return 0
     precision = "bf16" if device.type == "cuda" else "fp32"
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
         print(f"GPU: {torch.cuda.get_device_name(device)}, peak {args.peak_tflops} TFLOP/s bf16")
     sizes = args.batch_size + [args.batch_size[-1]] * (len(args.presets) - len(args.batch_size))
     rows = []
@@ -132,8 +129,10 @@ def main() -> int:
         medians = {}
         for name, build in models.items():
             model = build()
-            times = time_steps(model, batch, device, precision, not args.no_compile,
-                               args.warmup, args.steps)
+            # The switches pretraining sets (TF32, dynamo tracing the sparse head's gather).
+            with fast_math(device, compile=not args.no_compile):
+                times = time_steps(model, batch, device, precision, not args.no_compile,
+                                   args.warmup, args.steps)
             medians[name] = statistics.median(times)
             rate = tokens / medians[name]
             mfu = flops * rate / (args.peak_tflops * 1e12)

@@ -34,7 +34,9 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFas
 
 import bertlab as bl
 from bertlab.data import PretrainingCollator
-from bertlab.masking import example_seed, mask_tokens
+from bertlab.draws import example_seed
+from bertlab.masking import mask_tokens
+from bertlab.tokenizer import encode_sentences
 
 BATCH, MAX_LEN = 64, 128
 CALLS = 3  # consecutive calls per step and batch: one cold, then warm
@@ -46,7 +48,7 @@ def make_examples(tok, docs, max_len: int = MAX_LEN) -> list[list[int]]:
     examples = []
     for doc in docs:
         chunk: list[int] = []
-        for ids in bl.tokenizer.encode_sentences(tok, doc.sentences):
+        for ids in encode_sentences(tok, doc.sentences):
             if chunk and len(chunk) + len(ids) > max_len - 2:
                 examples.append([specials.cls, *chunk, specials.sep])
                 chunk = []

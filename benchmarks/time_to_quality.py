@@ -28,7 +28,8 @@ import torch.nn.functional as F
 import bertlab as bl
 from bertlab.data import pretraining_loader
 from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
-from bertlab.train import TrainConfig, build_optimizer, lr_at, pretrain
+from bertlab.pretraining import pretrain
+from bertlab.train import TrainConfig, build_optimizer, lr_at
 
 
 def hf_model(config: BertConfig):

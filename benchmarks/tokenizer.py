@@ -25,8 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tokenizers import trainers
+
 import bertlab as bl
-from bertlab.tokenizer import encode_sentences
+from bertlab.tokenizer import encode_sentences, vocab_digest
+from bertlab.wordpiece import SPECIAL_TOKENS, build_untrained_tokenizer, iter_texts
 
 GOAL_SECONDS = 10.0
 
@@ -48,10 +51,6 @@ def pin_cores(n: int) -> int:
 
 def library_vocabulary(texts: list[str], vocab_size: int = 8192) -> str:
     """The `tokenizers` WordPieceTrainer with bertlab's settings; returns the vocabulary digest."""
-    from tokenizers import trainers
-
-    from bertlab.tokenizer import SPECIAL_TOKENS, build_untrained_tokenizer, vocab_digest
-
     tok = build_untrained_tokenizer()
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=2,
                                         special_tokens=list(SPECIAL_TOKENS),
@@ -61,8 +60,6 @@ def library_vocabulary(texts: list[str], vocab_size: int = 8192) -> str:
 
 
 def compare_trainers(runs: int) -> None:
-    from bertlab.tokenizer import _texts, vocab_digest
-
     print()
     print(f"training, side by side (cache off; median of {runs} runs; distinct = how many "
           f"different vocabularies the runs gave)")
@@ -70,7 +67,7 @@ def compare_trainers(runs: int) -> None:
           f"{'ratio':>8}")
     for name in ("bbc", "zh-news"):
         docs = bl.load_corpus(name)
-        texts = list(_texts(docs))
+        texts = list(iter_texts(docs))
         ours = [timed(lambda d=docs: bl.train_tokenizer(d, cache=False)) for _ in range(runs)]
         theirs = [timed(lambda t=texts: library_vocabulary(t)) for _ in range(runs)]
         ours_s = statistics.median(t for t, _ in ours)
@@ -112,6 +109,7 @@ def main() -> None:
     compare_trainers(args.runs)
 
     # Encoding, side by side, on a sample that the pure-Python reference finishes in seconds.
+    # transformers is imported here, not at the top: it takes seconds and only this part needs it.
     from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
     sample = sentences[:: args.sample_every]

@@ -1,98 +1,36 @@
 """bertlab: BERT pretraining, built step by step.
 
-Importing bertlab never trains, downloads, prints or plots; it only defines things. Each name
-below comes from the module of the lesson that teaches it (see the module docstrings).
+The names below are the short path through the course: corpus -> tokenizer -> masking -> NSP
+pairs -> loader -> model -> pretraining -> export -> downstream. Everything else is imported from
+its module (`from bertlab.masking import Decision`); each module is one concept, in the order the
+notebooks teach them. Importing bertlab never trains, downloads, prints or plots.
 """
 
-from bertlab.corpus import (
-    CORPORA,
-    Document,
-    corpus_stats,
-    iter_corpus,
-    load_corpus,
-    split_documents,
-    split_of,
-    split_sentences,
-)
-from bertlab.data import (
-    NspDataset,
-    PretrainingCollator,
-    ShardDataset,
-    prepare_shards,
-    pretraining_loader,
-)
-from bertlab.finetune import (
-    ClassificationResult,
-    FinetuneConfig,
-    compare_downstream,
-    finetune_classifier,
-    format_table,
-    from_scratch,
-    linear_probe,
-    tfidf_baseline,
-)
-from bertlab.hf import load_hf, load_hf_tokenizer, save_hf
-from bertlab.masking import (
-    IGNORE_INDEX,
-    Decision,
-    example_seed,
-    mask_tokens,
-    mask_tokens_reference,
-    word_ids_from_encoding,
-)
-from bertlab.model import (
-    BertConfig,
-    BertForPreTraining,
-    BertForSequenceClassification,
-    BertModel,
-    count_parameters,
-    flops_per_token,
-    parameter_table,
-)
-from bertlab.nsp import IS_NEXT, NOT_NEXT, NspExample, create_nsp_examples, nsp_stats
-from bertlab.tokenizer import (
-    SPECIAL_TOKENS,
-    SpecialIds,
-    chinese_word_ids,
-    encode_sentences,
-    load_tokenizer,
-    save_tokenizer,
-    special_ids,
-    train_tokenizer,
-    unk_rate,
-)
-from bertlab.train import (
-    TrainConfig,
-    TrainResult,
-    evaluate,
-    fill_mask,
-    load_checkpoint,
-    load_run,
-    mlm_only_loss,
-    pretrain,
-    pretraining_loss,
-    save_checkpoint,
-    train_loop,
-    unigram_baseline,
-)
+from bertlab.checkpoint import load_model
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.downstream import linear_probe
+from bertlab.finetune import FinetuneConfig, compare_downstream, finetune_classifier, format_table
+from bertlab.hf import load_hf, save_hf
+from bertlab.masking import mask_tokens
+from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining, BertModel
+from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
+from bertlab.pretraining import evaluate, fill_mask, pretrain
+from bertlab.tokenizer import special_ids, train_tokenizer
+from bertlab.train import TrainConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CORPORA", "Document", "corpus_stats", "iter_corpus", "load_corpus", "split_documents",
-    "split_of", "split_sentences",
-    "SPECIAL_TOKENS", "SpecialIds", "chinese_word_ids", "encode_sentences", "load_tokenizer",
-    "save_tokenizer", "special_ids", "train_tokenizer", "unk_rate",
-    "IGNORE_INDEX", "Decision", "example_seed", "mask_tokens", "mask_tokens_reference",
-    "word_ids_from_encoding",
-    "IS_NEXT", "NOT_NEXT", "NspExample", "create_nsp_examples", "nsp_stats",
-    "NspDataset", "PretrainingCollator", "ShardDataset", "prepare_shards", "pretraining_loader",
-    "BertConfig", "BertForPreTraining", "BertForSequenceClassification", "BertModel",
-    "count_parameters", "flops_per_token", "parameter_table",
-    "ClassificationResult", "FinetuneConfig", "compare_downstream", "finetune_classifier",
-    "format_table", "from_scratch", "linear_probe", "tfidf_baseline",
-    "load_hf", "load_hf_tokenizer", "save_hf",
-    "TrainConfig", "TrainResult", "evaluate", "fill_mask", "load_checkpoint", "load_run",
-    "mlm_only_loss", "pretrain", "pretraining_loss", "save_checkpoint", "train_loop",
-    "unigram_baseline",
+    "load_corpus", "train_tokenizer", "special_ids",            # 01 text and WordPiece
+    "mask_tokens", "IGNORE_INDEX",                              # 02 masked LM
+    "create_nsp_examples", "IS_NEXT", "NOT_NEXT",               # 03 sentence pairs
+    "pretraining_loader",
+    "BertConfig", "BertModel", "BertForPreTraining",            # 04 the encoder
+    "BertForSequenceClassification",
+    "TrainConfig", "pretrain", "evaluate", "fill_mask",         # 05 pretraining
+    "load_model", "save_hf", "load_hf",
+    "FinetuneConfig", "finetune_classifier", "linear_probe",    # 06 [CLS] downstream
+    "compare_downstream", "format_table",
 ]

@@ -1,7 +1,8 @@
 """`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo.
 
 Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
-`TrainConfig` field and per model-size setting, generated from the dataclasses.
+`TrainConfig` field and per model-size setting, generated from the dataclasses. Errors reach
+`main` as exceptions and leave as one `error:` line and an exit code.
 
 Taught in notebooks/05_pretraining.ipynb
 """
@@ -9,37 +10,48 @@ Taught in notebooks/05_pretraining.ipynb
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import errno
 import os
-import shutil
 import signal
 import sys
-import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from bertlab.checkpoint import check_model_folder, load_model
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.demo import check_demo_folder, format_guesses, history_table, run_demo
+from bertlab.device import close_distributed, init_distributed, resolve_device
+from bertlab.document import split_documents
+from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
+from bertlab.hf import save_hf
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import fill_mask, pretrain
+from bertlab.resume import check_run_folder, hold_run_folder
+from bertlab.shards import prepare_command
+from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
+from bertlab.train import TrainConfig
 from bertlab.util import (
-    LOCK_NAME,
-    FolderLock,
     atomic_write_json,
     check_output_folder,
-    describe_kind,
     folder_kind,
+    writing_into,
 )
 
-EXAMPLES = (
-    "the [MASK] fell sharply on wall street.",
-    "the prime [MASK] said the election would be held in may.",
-    "the film won the award for best [MASK].",
-    "the team won the [MASK] after extra time.",
-)
 # Model settings that a user may override on top of a preset (vocab size comes from the tokenizer).
 _MODEL_FLAGS = ("hidden_size", "num_layers", "num_heads", "intermediate_size",
                 "max_position_embeddings", "hidden_dropout", "attention_dropout")
+# finetune --methods -> the method's name in compare_downstream's table
+_METHODS = {"fine-tuned": "fine-tuned", "linear-probe": "linear probe", "tf-idf": "TF-IDF",
+            "from-scratch": "from scratch"}
+_VOCAB_HELP = "when training a tokenizer (default: 8192)"
+_THREADS_WHY = ("Small models do not split well: the tiny preset measured 2x slower per step "
+                "with 2 threads than with 1 on a 2-core machine")
 
 
 def _optional(kind: type):
@@ -77,9 +89,6 @@ def _add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, names: Seque
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argparse parser of `python -m bertlab` (subcommands and their flags)."""
-    from bertlab.model import BertConfig
-    from bertlab.train import TrainConfig
-
     parser = argparse.ArgumentParser(
         prog="python -m bertlab",
         description="bertlab: BERT pretraining, built step by step. Pretrain on the embedded BBC "
@@ -96,8 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a corpus name (bbc), a BERT-format .txt file or a folder of .txt files")
     p.add_argument("--out", required=True, help="folder to write the shards into")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: train one on the corpus)")
-    p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer "
-                   "(default: 8192)")
+    p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
     p.add_argument("--max-seq-len", type=int, default=128, help="tokens per example (default: 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of the NSP pairing (default: 0)")
     p.add_argument("--shard-size", type=int, default=100_000,
@@ -118,24 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "pooler stay untrained)")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
                    "folder's, or one trained on the corpus)")
-    p.add_argument("--vocab-size", type=int, default=8192, help="when training a tokenizer (default: 8192)")
+    p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
     p.add_argument("--max-seq-len", type=int, default=128, help="tokens per NSP example (default: 128)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice). Small models do not split well: the tiny "
-                        "preset measured 2x slower per step with 2 threads than with 1 on a "
-                        "2-core machine")
+                   help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
     model_group = p.add_argument_group("model overrides (on top of --preset)")
-    probe = BertConfig.preset("tiny", vocab_size=8)
-    _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS,
-                         {n: "from preset" for n in _MODEL_FLAGS} | {
-                             k: getattr(probe, k) for k in ("max_position_embeddings",
-                                                            "hidden_dropout",
-                                                            "attention_dropout")})
+    probe = BertConfig.preset("tiny", vocab_size=8)  # the settings every preset shares
+    shared = ("max_position_embeddings", "hidden_dropout", "attention_dropout")
+    _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS, {n: "from preset" for n in
+                         _MODEL_FLAGS} | {k: getattr(probe, k) for k in shared})
     train_group = p.add_argument_group("training (bertlab.TrainConfig)")
-    defaults = TrainConfig().to_dict()
-    _add_dataclass_flags(train_group, TrainConfig, None, defaults,
+    _add_dataclass_flags(train_group, TrainConfig, None, TrainConfig().to_dict(),
                          aliases={"max_minutes": "--minutes"})
 
     p = sub.add_parser("finetune", help="fine-tune a pretrained run on a classification task",
@@ -148,11 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels-per-class", nargs="+", default=["all"], metavar="K",
                    help="labelled training documents per class, e.g. 8 32 all (default: all)")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (default: 1)")
-    p.add_argument("--methods", nargs="+", metavar="METHOD",
-                   default=["fine-tuned", "linear-probe", "tf-idf", "from-scratch"],
+    p.add_argument("--methods", nargs="+", metavar="METHOD", default=list(_METHODS),
                    help="any of fine-tuned linear-probe tf-idf from-scratch (default: all)")
-    p.add_argument("--epochs", type=float, default=10.0, help="passes over the training set "
-                   "(default: 10)")
+    p.add_argument("--epochs", type=float, default=10.0,
+                   help="passes over the training set (default: 10)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3, "
                    "for the tiny and mini presets; use 2e-5 to 5e-5 for BERT-base)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32)")
@@ -185,54 +187,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--finetune-epochs", type=float, default=3.0,
                    help="epochs of [CLS] fine-tuning on BBC topics at the end (default: 3)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: 1 on CPU). Small models do not split well: the tiny "
-                        "preset measured 2x slower per step with 2 threads than with 1 on a "
-                        "2-core machine")
+                   help=f"torch CPU threads (default: 1 on CPU). {_THREADS_WHY}")
     return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by the subcommands
+
+
+def _check_threads(n: int | None) -> None:
+    if n is not None and n < 1:
+        raise ValueError(f"--threads {n}: pass a positive number of CPU threads (or leave it "
+                         f"out for the default)")
 
 
 # ---------------------------------------------------------------------------------------------
 # Subcommands
 
 
-def _say(*args: Any) -> None:
-    from bertlab.train import _rank_world
-
-    if _rank_world()[0] == 0:
-        print(*args, flush=True)
-
-
-@contextlib.contextmanager
-def _writing_into(out: Path, what: str) -> Iterator[None]:
-    """Hold `FolderLock(out, what)` for the block. If the block fails while `out` holds nothing
-    but the lock, the folders the lock had to create are removed again: a refusal leaves no trace.
-    """
-    new_folders = []
-    for folder in [out.absolute(), *out.absolute().parents]:
-        if folder.exists():
-            break
-        new_folders.append(folder)
-    try:
-        with FolderLock(out, what):
-            yield
-    except BaseException:
-        if new_folders and folder_kind(out) == "empty":
-            (out / LOCK_NAME).unlink(missing_ok=True)
-            for folder in new_folders:
-                with contextlib.suppress(OSError):  # not empty: something else wrote there
-                    folder.rmdir()
-        raise
-
-
 def cmd_prepare(args: argparse.Namespace) -> int:
     """Write NSP shards and the tokenizer for `--corpus` into `--out`."""
-    from bertlab.data import prepare_command
-
     out = Path(args.out)
     # Before the tokenizer is trained (minutes on a large corpus), not after.
     check_output_folder(out, "--out")
-    with _writing_into(out, "shard folder"):
-        check_output_folder(out, "--out")  # another process may have written there meanwhile
+    with writing_into(out, "shard folder"):  # prepare_command checks `out` again, locked
         summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
                                   seed=args.seed, vocab_size=args.vocab_size,
                                   shard_size=args.shard_size)
@@ -244,21 +222,10 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _same_vocabulary(tok: Any, name: str, reference: Any, reference_name: str, fix: str) -> None:
-    if tok.get_vocab() == reference.get_vocab():
-        return
-    size, other = tok.get_vocab_size(), reference.get_vocab_size()
-    detail = (f"{size} vs {other} tokens" if size != other
-              else f"both have {size} tokens, but not the same ones")
-    raise ValueError(f"{name} is not the vocabulary of {reference_name}: {detail}; {fix}")
-
-
 def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, shards: bool,
                            docs: list | None) -> Any:
     """Return the tokenizer of the pretrain subcommand: the run's when resuming, else --tokenizer,
     else the shard folder's, else one trained on the corpus."""
-    from bertlab.tokenizer import load_tokenizer, train_tokenizer
-
     given = load_tokenizer(args.tokenizer) if args.tokenizer is not None else None
     shard_tok = None
     if shards and (corpus / "tokenizer.json").is_file():
@@ -270,9 +237,10 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
     if args.resume and run_file.is_file():
         tok = load_tokenizer(run_file)
         if given is not None:
-            _same_vocabulary(given, f"--tokenizer {args.tokenizer}", tok, f"the run ({run_file})",
-                             "drop --tokenizer to continue with the run's own, or start a new "
-                             "run in another folder (nothing was written)")
+            check_same_vocabulary(given, f"--tokenizer {args.tokenizer}", tok,
+                                  f"the run ({run_file})", "drop --tokenizer to continue with "
+                                  "the run's own, or start a new run in another folder "
+                                  "(nothing was written)")
     elif given is not None:
         tok = given
     elif shard_tok is not None:
@@ -284,93 +252,32 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
         tok = train_tokenizer(docs, vocab_size=args.vocab_size)
     if shard_tok is not None and tok is not shard_tok:
         # The shards hold token ids: read with another vocabulary they are other words.
-        _same_vocabulary(tok, f"the tokenizer ({args.tokenizer or run_file})", shard_tok,
-                         f"the shards in {corpus} ({corpus / 'tokenizer.json'})",
-                         "use the tokenizer the shards were prepared with, or prepare them "
-                         "again with this one")
+        check_same_vocabulary(tok, f"the tokenizer ({args.tokenizer or run_file})", shard_tok,
+                              f"the shards in {corpus} ({corpus / 'tokenizer.json'})",
+                              "use the tokenizer the shards were prepared with, or prepare "
+                              "them again with this one")
     return tok
 
 
 def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
                       docs: list | None, per_rank_batch: int, world: int,
                       device_type: str) -> tuple[Any, Any]:
-    """Return (train_loader, val_loader or None) for the pretrain subcommand."""
-    from bertlab.corpus import split_documents
-    from bertlab.data import pretraining_loader
-
+    """Return (train_loader, val_loader, or None when the corpus has no validation split)."""
+    on_gpu = device_type == "cuda"
     common = dict(batch_size=per_rank_batch, max_seq_len=args.max_seq_len, seed=args.data_seed,
-                  num_workers=args.num_workers, pad_to_multiple_of=8 if device_type == "cuda"
-                  else None)
+                  num_workers=args.num_workers, pad_to_multiple_of=8 if on_gpu else None,
+                  pin_memory=on_gpu)
     source = corpus if shards else docs
     train = pretraining_loader(source, tok, split="train",
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one).
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
                       else len(split_documents(docs)["validation"]) >= 2)
-    val = None
-    if has_validation:
-        # Shuffled with a fixed order (evaluate pins epoch 0): examples come in document order,
-        # and the first eval_batches of an unshuffled BBC split would all be business news.
-        val = pretraining_loader(source, tok, split="validation", **common)
-    else:
-        _say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
-             f"evaluation")
-    if device_type == "cuda":  # page-locked buffers let the copy to the GPU overlap compute
-        train.pin_memory = True
-        if val is not None:
-            val.pin_memory = True
+    # Shuffled with a fixed order (evaluate pins epoch 0): examples come in document order,
+    # and the first eval_batches of an unshuffled BBC split would all be business news.
+    val = (pretraining_loader(source, tok, split="validation", **common) if has_validation
+           else None)
     return train, val
-
-
-def _history_table(history: list[dict], baseline: float | None = None) -> str:
-    lines = [f"{'step':>6} {'tokens':>10} {'train loss':>10} {'val MLM loss':>12} "
-             f"{'MLM acc':>8} {'ppl':>8} {'NSP acc':>8}"]
-    for row in history:
-        train_loss = row.get("train_loss")
-        lines.append(
-            f"{row['step']:>6} {row['tokens']:>10} "
-            f"{'-' if train_loss is None else f'{train_loss:.3f}':>10} "
-            f"{row.get('val_mlm_loss', float('nan')):>12.3f} "
-            f"{row.get('val_mlm_accuracy', float('nan')):>8.3f} "
-            f"{row.get('val_perplexity', float('nan')):>8.1f} "
-            f"{row.get('val_nsp_accuracy', float('nan')):>8.3f}")
-    if baseline is not None:
-        lines.append(f"unigram baseline (always the most frequent target): MLM acc {baseline:.3f}")
-    return "\n".join(lines)
-
-
-def _check_threads(n: int | None) -> None:
-    if n is not None and n < 1:
-        raise ValueError(f"--threads {n}: pass a positive number of CPU threads (or leave it "
-                         f"out for the default)")
-
-
-@contextlib.contextmanager
-def _locked_run_folder(out: Path, resume: bool, rank: int, world: int) -> Iterator[None]:
-    """Hold the run folder's lock (rank 0) for the block, after checking the folder again: another
-    process may have written there since the first check. Under torchrun every rank gets rank 0's
-    refusal, so none waits forever for a partner that has left."""
-    import torch
-
-    from bertlab.train import check_run_folder
-
-    lock = contextlib.ExitStack()
-    refusal = None
-    if rank == 0:
-        try:
-            lock.enter_context(_writing_into(out, "run folder"))
-            check_run_folder(out, resume, flag="--out")
-        except ValueError as e:
-            lock.close()
-            refusal = str(e)
-    if world > 1:
-        shared = [refusal]
-        torch.distributed.broadcast_object_list(shared, src=0)
-        refusal = shared[0]
-    if refusal is not None:
-        raise ValueError(refusal)
-    with lock:
-        yield
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
@@ -379,19 +286,6 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     Everything is checked (settings, the folder, the tokenizer, the data) before anything is
     written; a refused command leaves `--out` as it was.
     """
-    import torch
-
-    from bertlab.corpus import load_corpus
-    from bertlab.model import BertConfig, BertForPreTraining
-    from bertlab.tokenizer import save_tokenizer
-    from bertlab.train import (
-        TrainConfig,
-        check_run_folder,
-        init_distributed,
-        pretrain,
-        resolve_device,
-    )
-
     out, corpus = Path(args.out), Path(args.corpus)
     _check_threads(args.threads)
     if args.num_workers < 0:
@@ -412,6 +306,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
                          f"has no position for the tokens beyond; lower --max-seq-len or raise "
                          f"--max-position-embeddings")
     rank, world = init_distributed()
+
+    def say(text: str) -> None:  # under torchrun, rank 0 speaks for all
+        if rank == 0:
+            print(text, flush=True)
+
     device = resolve_device(config.device)
     per_rank, rest = divmod(config.batch_size, config.grad_accum * world)
     if rest or per_rank == 0:
@@ -425,101 +324,40 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     docs = None if shards else load_corpus(args.corpus)
     tok = _pretraining_tokenizer(args, out, corpus, shards, docs)
     train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type)
+    if val is None:
+        say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
+            f"evaluation")
     model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **settings)
     model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(config.seed))
-    with _locked_run_folder(out, args.resume, rank, world):
+    with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
-            run = {k: v for k, v in vars(args).items() if k != "func"}
-            atomic_write_json(out / "run.json", {"args": run, "model": model_config.to_dict(),
+            atomic_write_json(out / "run.json", {"args": vars(args),
+                                                 "model": model_config.to_dict(),
                                                  "train": config.to_dict()})
         n_params = sum(p.numel() for p in model.parameters())
-        _say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
-             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
-             f"{device}, {world} process(es)")
+        say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
+            f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
+            f"{device}, {world} process(es)")
         result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
                           nsp=args.nsp)
-    _say(_history_table(result.history))
-    _say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
-         f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
-    if world > 1:
-        # Leave together and close the group: a process that exits while gloo's threads are
-        # still up can abort ("terminate called without an active exception"). Only after
-        # success: a rank that failed has left already (torchrun then stops the others), and
-        # a barrier would hang its partners forever.
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    say(history_table(result.history))
+    say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
+        f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+    close_distributed()
     return 0
-
-
-_MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
-                "hf": "a Hugging Face folder (from export-hf)"}
-
-
-def _model_folder(path: Path, accept: tuple[str, ...]) -> str:
-    """Return the `folder_kind` of a model folder after checking it is one of `accept` ("run" with
-    a checkpoint, "hf"), or raise a ValueError saying what is there instead."""
-    from bertlab.train import latest_checkpoint
-
-    kind = folder_kind(path)
-    wanted = " or ".join(_MODEL_KINDS[k] for k in accept)
-    if kind == "run" and latest_checkpoint(path) is None:
-        raise ValueError(f"run folder {path} has no checkpoint yet (looked in "
-                         f"{path / 'checkpoints'}); train first, or wait for the run's first "
-                         f"checkpoint")
-    if kind in accept:
-        return kind
-    if kind in ("missing", "file"):
-        what = "it does not exist" if kind == "missing" else "it is a file"
-        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
-    if "hf" in accept:
-        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
-                         f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
-    raise ValueError(f"{path} has no checkpoint: it holds {describe_kind(kind)}; pass {wanted}")
-
-
-def _check_vocab(model: Any, tok: Any, path: Path, exact: bool) -> None:
-    size, model_size = tok.get_vocab_size(), model.config.vocab_size
-    if size > model_size or (exact and size != model_size):
-        raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's vocabulary "
-                         f"has {model_size}, so it is not the tokenizer the model was trained "
-                         f"with; put that one there (tokenizer.json)")
-
-
-def _load_any(model_dir: str | Path) -> tuple[Any, Any]:
-    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder, after
-    checking that the tokenizer fits the model and the weights are finite."""
-    from bertlab.hf import load_hf, load_hf_tokenizer
-    from bertlab.train import load_run
-
-    path = Path(model_dir)
-    if _model_folder(path, ("run", "hf")) == "run":
-        model, tok = load_run(path)
-        if tok is None:
-            raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
-                             f"the run was trained with (e.g. from its shard folder)")
-    else:
-        model, tok = load_hf(path), load_hf_tokenizer(path)
-    # A smaller tokenizer is fine (a vocabulary padded for speed); ids past the embedding table
-    # would index out of range inside the model.
-    _check_vocab(model, tok, path, exact=False)
-    return model, tok
 
 
 def cmd_export_hf(args: argparse.Namespace) -> int:
     """Export the newest checkpoint of a run as a Hugging Face folder."""
-    from bertlab.hf import save_hf
-    from bertlab.train import load_run
-
     run_dir, out_dir = Path(args.run_dir), Path(args.out_dir)
-    _model_folder(run_dir, ("run",))
+    check_model_folder(run_dir, ("run",))
     if not (run_dir / "tokenizer.json").is_file():
         raise ValueError(f"run folder {run_dir} has no tokenizer.json, and a Hugging Face folder "
                          f"without its tokenizer is of no use; copy in the tokenizer the run was "
                          f"trained with (e.g. from its shard folder), then export again")
     replacing = check_output_folder(out_dir, "out_dir", accept=("hf",)) == "hf"
-    model, tok = load_run(run_dir)
-    _check_vocab(model, tok, run_dir, exact=True)
+    model, tok = load_model(run_dir, kinds=("run",), exact_vocab=True)
     save_hf(model, tok, out_dir)
     print(f"{'replaced the previous export in' if replacing else 'wrote'} {out_dir}: load it "
           f"with transformers.BertForPreTraining.from_pretrained({str(out_dir)!r}) or "
@@ -527,38 +365,27 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _format_guesses(text: str, guesses: list[list[tuple[str, float]]]) -> str:
-    lines = [text]
-    for i, options in enumerate(guesses):
-        shown = ", ".join(f"{token} {prob:.2f}" for token, prob in options)
-        lines.append(f"  [MASK] #{i + 1}: {shown}")
-    return "\n".join(lines)
-
-
 def cmd_fill_mask(args: argparse.Namespace) -> int:
     """Print the top-k guesses for each [MASK] in the text."""
-    from bertlab.train import fill_mask
-
     if args.top_k < 1:
         raise ValueError(f"--top-k {args.top_k}: pass how many guesses to show per [MASK] (>= 1)")
-    model, tok = _load_any(args.model_dir)
+    model, tok = load_model(args.model_dir, require_tokenizer=True)
     try:
         guesses = fill_mask(model, tok, args.text, top_k=args.top_k)
     except ValueError as e:
         raise ValueError(f"{args.model_dir}: {e}") from None
-    print(_format_guesses(args.text, guesses))
+    print(args.text)
+    for i, options in enumerate(guesses):
+        print(f"  [MASK] #{i + 1}: {format_guesses(options)}")
     return 0
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
     """Fine-tune a run (or Hugging Face folder) on a task and print the comparison table."""
-    from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
-
-    names = {"fine-tuned": "fine-tuned", "linear-probe": "linear probe", "tf-idf": "TF-IDF",
-             "from-scratch": "from scratch"}
-    unknown = [m for m in args.methods if m not in names]
+    unknown = [m for m in args.methods if m not in _METHODS]
     if unknown:
-        raise ValueError(f"--methods {' '.join(unknown)}: unknown; choose from {' '.join(names)}")
+        raise ValueError(f"--methods {' '.join(unknown)}: unknown; choose from "
+                         f"{' '.join(_METHODS)}")
     ks = []
     for k in args.labels_per_class:
         if k != "all" and not k.isdigit():
@@ -576,9 +403,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                              f"pass a file path in an existing folder")
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                             max_seq_len=args.max_seq_len, device=args.device)
-    model, tok = _load_any(args.model_dir)
+    model, tok = load_model(args.model_dir, require_tokenizer=True)
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
-                                 seeds=range(args.seeds), methods=[names[m] for m in args.methods])
+                                 seeds=range(args.seeds),
+                                 methods=[_METHODS[m] for m in args.methods])
     print(f"{args.task}: test split, {len(results[0].predictions)} documents")
     print(format_table(results))
     if args.json is not None:
@@ -587,12 +415,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-# What the demo writes into --out; a folder with only these may be reused.
-_DEMO_FILES = {"run", "curves.png", "results.json", LOCK_NAME}
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the whole pipeline on BBC news and write a table and plots to `--out`."""
+    """Run the whole pipeline on BBC news (`bertlab.demo`), writing a table and plots to `--out`."""
     out = Path(args.out)
     if args.minutes is not None and not args.minutes > 0:
         raise ValueError(f"--minutes {args.minutes:g}: pass a positive training budget in "
@@ -601,108 +425,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--finetune-epochs {args.finetune_epochs:g}: pass a positive number "
                          f"of fine-tuning epochs (fractions such as 0.5 work)")
     _check_threads(args.threads)
-    kind = check_output_folder(out, "--out", accept=("other",))
-    if kind == "other":
-        foreign = sorted(p.name for p in out.iterdir() if p.name not in _DEMO_FILES)
-        if foreign:
-            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-            raise ValueError(f"--out {out} holds files the demo did not write ({shown}); choose "
-                             f"a new folder or a previous demo's (nothing was written)")
-    with _writing_into(out, "demo folder"):
-        return _run_demo(args, out)
-
-
-def _run_demo(args: argparse.Namespace, out: Path) -> int:
-    import matplotlib.pyplot as plt
-    import torch
-
-    from bertlab.corpus import load_corpus
-    from bertlab.data import pretraining_loader
-    from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
-    from bertlab.model import BertConfig, BertForPreTraining
-    from bertlab.tokenizer import save_tokenizer, train_tokenizer
-    from bertlab.train import (
-        TrainConfig,
-        fill_mask,
-        list_checkpoints,
-        pretrain,
-        resolve_device,
-        unigram_baseline,
-    )
-    from bertlab.viz import plot_training_curves
-
-    start = time.perf_counter()
-    device = resolve_device("auto")
-    gpu = device.type == "cuda"
-    preset, batch, minutes = ("small", 128, 3.0) if gpu else ("tiny", 32, 4.0)
-    if args.minutes is not None:
-        minutes = args.minutes
-    if not gpu:
-        torch.set_num_threads(1 if args.threads is None else args.threads)
-
-    print("1/7 corpus: BBC News (embedded, nothing downloads)")
-    docs = load_corpus("bbc")
-    print(f"    {len(docs)} documents")
-    print("2/7 tokenizer: WordPiece, 8192 tokens (cached after the first run)")
-    tok = train_tokenizer(docs, vocab_size=8192)
-    print("3/7 NSP examples + dynamic masking")
-    train = pretraining_loader(docs, tok, split="train", batch_size=batch, seed=0,
-                               pad_to_multiple_of=8 if gpu else None)
-    # Shuffled in a fixed order (evaluate pins epoch 0), so the evaluated batches mix topics.
-    val = pretraining_loader(docs, tok, split="validation", batch_size=batch, seed=0)
-    print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
-    config = BertConfig.preset(preset, vocab_size=tok.get_vocab_size())
-    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"4/7 model: {preset} ({config.num_layers} layers, hidden {config.hidden_size}, "
-          f"{n_params / 1e6:.1f} M parameters) on {device}")
-    before = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
-
-    run_dir = out / "run"
-    if list_checkpoints(run_dir) or (run_dir / "history.json").exists():
-        print(f"    replacing the previous demo run in {run_dir}")
-        shutil.rmtree(run_dir)
-    # Keep the whole demo <= 10 min: ~3 min after pretraining (fill-mask, fine-tuning, table).
-    remaining = 10.0 - (time.perf_counter() - start) / 60 - 3.0
-    minutes = min(minutes, max(0.5, remaining))
-    print(f"5/7 pretraining for {minutes:.1f} min (MLM + NSP, AdamW, linear decay)")
-    train_config = TrainConfig(max_steps=None, max_minutes=minutes, batch_size=batch,
-                               lr=2e-3 if preset == "tiny" else 5e-4, eval_interval=50,
-                               eval_batches=10, checkpoint_interval=None)
-    result = pretrain(model, train, val, train_config, out_dir=run_dir)
-    save_tokenizer(tok, run_dir / "tokenizer.json")
-    after = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
-    baseline = unigram_baseline(train, val, max_batches=10)["mlm_accuracy"]
-
-    print("6/7 pretraining results")
-    print(_history_table(result.history, baseline))
-    print("\nfill-mask, top 3 guesses before -> after pretraining:")
-    for text, b, a in zip(EXAMPLES, before, after, strict=True):
-        print(f"  {text}")
-        print(f"    before: {', '.join(f'{t} {p:.2f}' for t, p in b)}")
-        print(f"    after:  {', '.join(f'{t} {p:.2f}' for t, p in a)}")
-
-    print(f"\n7/7 downstream: BBC topics (5 classes) from the pooled [CLS] vector, "
-          f"{args.finetune_epochs:g} fine-tuning epochs")
-    downstream = compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=args.finetune_epochs, min_steps=1))
-    print(f"    test split, {len(downstream[0].predictions)} documents")
-    print(format_table(downstream))
-    fig = plot_training_curves(result.history, baseline=baseline)
-    fig.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    atomic_write_json(out / "results.json", {
-        "preset": preset, "device": str(device), "history": result.history,
-        "unigram_baseline": baseline,
-        "downstream": [{k: v for k, v in r.to_dict().items() if k != "predictions"}
-                       for r in downstream],
-        "fill_mask": [{"text": t, "before": b, "after": a}
-                      for t, b, a in zip(EXAMPLES, before, after, strict=True)]})
-    print(f"\nplots: {out / 'curves.png'}; history: {run_dir / 'history.csv'}; "
-          f"model: {run_dir} (try: python -m bertlab fill-mask {run_dir} "
-          f"\"the [MASK] rose sharply\")")
-    print(f"demo finished in {(time.perf_counter() - start) / 60:.1f} min")
+    check_demo_folder(out)
+    with writing_into(out, "demo folder"):
+        run_demo(out, minutes=args.minutes, finetune_epochs=args.finetune_epochs,
+                 threads=args.threads)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point: one error line and an exit code
 
 
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
@@ -737,38 +468,33 @@ def _os_error_line(e: OSError) -> str:
     return f"error: cannot use {path}: {e.strerror or e}; {fix}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Return the exit code of `python -m bertlab ARGS`: 0 success, 2 bad input (one `error:`
-    line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
-    signal N (130 for Ctrl-C, 143 for SIGTERM)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
-        return _run(args)
-
-
 def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
     # A warning is news for the user (a corrupt checkpoint skipped, a cache entry retrained):
     # one line, without the source line that Python's default format adds.
     print(f"warning: {message}", file=sys.stderr)
 
 
-def _run(args: argparse.Namespace) -> int:
-    try:
-        return COMMANDS[args.command](args)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except FloatingPointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(_os_error_line(e), file=sys.stderr)
-        return 1 if e.errno in _MACHINE_ERRNOS else 2
-    except KeyboardInterrupt as e:
-        # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
-        signum = int(getattr(e, "signum", signal.SIGINT))
-        print(f"stopped by {signal.Signals(signum).name} (exit code {128 + signum})",
-              file=sys.stderr)
-        return 128 + signum
+def main(argv: Sequence[str] | None = None) -> int:
+    """Return the exit code of `python -m bertlab ARGS`: 0 success, 2 bad input (one `error:`
+    line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
+    signal N (130 for Ctrl-C, 143 for SIGTERM)."""
+    args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return COMMANDS[args.command](args)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except FloatingPointError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(_os_error_line(e), file=sys.stderr)
+            return 1 if e.errno in _MACHINE_ERRNOS else 2
+        except KeyboardInterrupt as e:
+            # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
+            signum = int(getattr(e, "signum", signal.SIGINT))
+            print(f"stopped by {signal.Signals(signum).name} (exit code {128 + signum})",
+                  file=sys.stderr)
+            return 128 + signum

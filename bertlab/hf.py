@@ -10,11 +10,8 @@ Taught in notebooks/04_encoder.ipynb
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -23,8 +20,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
-from bertlab.util import check_output_folder, describe_kind, folder_kind
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
+from bertlab.util import atomic_write_folder, check_output_folder, describe_kind, folder_kind
 
 # Our name -> transformers name, for everything but the fused attention projection (below).
 _EMBEDDINGS = {
@@ -312,10 +311,11 @@ def save_hf(
     """Return `out_dir` after writing a Hugging Face folder there: config.json,
     model.safetensors and (unless `tokenizer` is None) the tokenizer files.
 
-    The folder is written in a temporary sibling and renamed into place, so a crash never leaves
-    half a model. An existing export there is replaced; any other non-empty folder, a file or
-    a path under a file is refused with a ValueError before anything is written
-    (`OutputFolderTakenError`, also a FileExistsError, for a folder that holds something else).
+    The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
+    a crash never leaves half a model. An existing export there is replaced; any other non-empty
+    folder, a file or a path under a file is refused with a ValueError before anything is
+    written (`OutputFolderTakenError`, also a FileExistsError, for a folder that holds something
+    else).
 
     Taught in notebooks/04_encoder.ipynb
     """
@@ -337,23 +337,12 @@ def save_hf(
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    def write(folder: Path) -> None:
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / out_dir.name)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out_dir
+            (folder / name).write_text(text, encoding="utf-8")
+
+    return atomic_write_folder(out_dir, write)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,12 +450,7 @@ def load_hf(
 
 
 def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
-    """Return the `tokenizers.Tokenizer` of a Hugging Face folder (tokenizer.json, else vocab.txt).
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-    from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
-
+    """Return the `tokenizers.Tokenizer` of a Hugging Face folder (tokenizer.json, else vocab.txt)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFolderMissingError(f"tokenizer folder '{folder}' does not exist; check the "

@@ -8,7 +8,8 @@ BERT's recipe has three steps, and the "15%" belongs to the first one only:
 
 `mask_tokens` does this for a whole batch with tensor operations; `mask_tokens_reference` is the
 plain Python loop the course starts from. Randomness comes either from a `torch.Generator` or from
-per-row seeds hashed with the position (counter-based, so a row's mask depends only on its seed).
+per-row seeds hashed with the position (counter-based, so a row's mask depends only on its seed;
+see bertlab.draws).
 
 Taught in notebooks/02_masked_lm.ipynb.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -26,10 +26,15 @@ import numpy as np
 import torch
 from tokenizers import Encoding, Tokenizer
 
+from bertlab.draws import (
+    Draws,
+)
+from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
 
-IGNORE_INDEX = -100  # label of a position that is not predicted (cross-entropy's ignore_index)
 SELECTIONS = ("bernoulli", "exact")
+# Kinds of random draw: each gets its own counter stream (see bertlab.draws), so they are independent.
+_SELECT, _DECIDE, _WORD_SELECT, _WORD_DECIDE = range(4)
 
 
 class Decision(enum.IntEnum):
@@ -44,161 +49,6 @@ class Decision(enum.IntEnum):
     KEEP = 3  # target, input left unchanged
 
 
-# --- counter-based randomness (splitmix64 on int64 tensors) ----------------------------------------
-# splitmix64 (Steele, Lea & Flood 2014) turns a counter into 64 well-mixed bits. Multiplication on
-# int64 tensors wraps modulo 2**64, which is exactly the arithmetic the mix needs; right shifts on
-# signed tensors are arithmetic, so each shift is masked to behave as a logical one.
-
-_MASK64 = (1 << 64) - 1
-
-
-def _signed64(x: int) -> int:
-    x &= _MASK64
-    return x - (1 << 64) if x >> 63 else x
-
-
-_GAMMA = _signed64(0x9E3779B97F4A7C15)  # splitmix64's counter increment (golden ratio)
-_MIX1 = _signed64(0xBF58476D1CE4E5B9)
-_MIX2 = _signed64(0x94D049BB133111EB)
-_LOW53 = (1 << 53) - 1
-_LOW32 = (1 << 32) - 1
-
-# Draw kinds: each random quantity gets its own counter stream, so they are independent.
-_SELECT, _DECIDE, _WORD_SELECT, _WORD_DECIDE = range(4)
-_KIND_BITS = 3
-
-
-def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
-    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _MIX1
-    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _MIX2
-    return z ^ ((z >> 31) & ((1 << 33) - 1))
-
-
-def _mix_int(z: int) -> int:
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return _signed64(z ^ (z >> 31))
-
-
-def example_seed(seed: int, epoch_or_dupe: int, index: int | torch.Tensor) -> int | torch.Tensor:
-    """Return the row seed of example `index` for pass `epoch_or_dupe` of a run seeded with `seed`.
-
-    Pass the result as `mask_tokens(..., row_seeds=...)`. Dynamic masking (RoBERTa): use the epoch,
-    so every epoch gets a fresh mask, identical on any number of processes or workers. Static
-    masking with a dupe factor (Google's `create_pretraining_data.py`): use the copy number
-    0..dupe_factor-1 and keep it fixed across epochs. `index` may be an int (returns an int) or a
-    LongTensor of indices (returns a LongTensor of seeds, same values). Seeds are non-negative.
-
-    Taught in notebooks/02_masked_lm.ipynb.
-    """
-    # Chained splitmix64 steps: each input moves the state along the golden-ratio counter.
-    inner = _mix_int(_mix_int(seed * _GAMMA + _GAMMA) + (epoch_or_dupe + 1) * _GAMMA)
-    if isinstance(index, torch.Tensor):
-        if index.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"example_seed: index has dtype {index.dtype}; pass integer indices")
-        return _mix_tensor(inner + (index.long() + 1) * _GAMMA) & ((1 << 63) - 1)
-    return _mix_int(inner + (index + 1) * _GAMMA) & ((1 << 63) - 1)
-
-
-def _mix_numpy(z: np.ndarray) -> np.ndarray:
-    # The same splitmix64 finalizer on uint64 arrays, whose shifts are logical and whose products
-    # wrap: fewer and cheaper steps than on int64 tensors, the same numbers.
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-class _Draws:
-    """The random numbers of one `mask_tokens` call: from a generator, or hashed from row seeds.
-
-    Keys are uniforms in [0, 1): float32 from the generator, or 53-bit integers k (standing for
-    k / 2**53) from the hash, compared with thresholds in their own units. In hash mode, draw
-    `kind` at index j of row i is output number j * 8 + kind + 1 of the splitmix64 stream that
-    starts at row i's mixed seed. On the CPU the hash runs on numpy uint64 arrays (about three
-    times cheaper per step at batch sizes); on other devices on int64 tensors (same numbers).
-    """
-
-    def __init__(self, generator: torch.Generator | None, row_seeds: torch.Tensor | None,
-                 device: torch.device, use_numpy: bool | None = None) -> None:
-        self.generator, self.device = generator, device
-        self.hashed = row_seeds is not None
-        self.last = 1 << 62 if self.hashed else 2.0  # sorts after every key
-        self.numpy = device.type == "cpu" if use_numpy is None else use_numpy
-        self._starts: dict[int, Any] = {}
-        if self.hashed:
-            if self.numpy:
-                self.state = _mix_numpy(row_seeds.cpu().contiguous().numpy().view(np.uint64))
-            else:
-                self.state = _mix_tensor(row_seeds)  # (B,)
-
-    def _start(self, length: int) -> Any:
-        """Stream position of kind 0 at every (row, index), shape (B, L)."""
-        if length not in self._starts:
-            if self.numpy:
-                index = np.arange(length, dtype=np.uint64)
-                offset = ((index << np.uint64(_KIND_BITS)) + np.uint64(1)) * np.uint64(_GAMMA & _MASK64)
-            else:
-                index = torch.arange(length, device=self.device)
-                offset = ((index << _KIND_BITS) + 1) * _GAMMA  # (L,)
-            self._starts[length] = self.state[:, None] + offset[None, :]  # (B, 1) + (1, L)
-        return self._starts[length]
-
-    def _hash(self, kind: int, length: int, flat: torch.Tensor | None = None) -> Any:
-        """64 hashed bits at every (row, index) of (B, L), or at the listed flat positions only."""
-        start = self._start(length)
-        if self.numpy:
-            if flat is not None:
-                start = start.reshape(-1)[flat.cpu().numpy()]
-            return _mix_numpy(start + np.uint64((kind * _GAMMA) & _MASK64))
-        if flat is not None:
-            start = start.take(flat)
-        return _mix_tensor(start + _signed64(kind * _GAMMA))
-
-    def grid(self, kind: int, batch: int, length: int) -> torch.Tensor:
-        """Keys for every (row, index), shape (B, L)."""
-        if not self.hashed:
-            return torch.rand((batch, length), generator=self.generator, device=self.device)
-        z = self._hash(kind, length)
-        if self.numpy:
-            return torch.from_numpy((z >> np.uint64(11)).view(np.int64)).to(self.device)
-        return (z >> 11) & _LOW53
-
-    def below(self, keys: torch.Tensor, probability: float) -> torch.Tensor:
-        """Where a key, read as a uniform in [0, 1), is below `probability`."""
-        if keys.is_floating_point():
-            return keys < probability
-        return keys < math.ceil(probability * (1 << 53))  # exact: scaling by 2**53 loses nothing
-
-    def uniform(self, keys: torch.Tensor) -> torch.Tensor:
-        """The keys as float64 uniforms in [0, 1)."""
-        if keys.is_floating_point():
-            return keys.double()
-        return keys.double() * (1.0 / (1 << 53))
-
-    def at(self, kind: int, flat: torch.Tensor, length: int,
-           n: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A uniform in [0, 1) and an integer in [0, n) at each listed flat position of (B, L).
-
-        Both come from one 64-bit hash: the uniform from its high 32 bits, the integer from
-        its low 32 bits by multiply-shift (off from uniform by at most n / 2**32 per value).
-        """
-        if not self.hashed:
-            u = torch.rand(flat.shape, generator=self.generator, device=self.device)
-            if n is None:
-                return u, None
-            return u, torch.randint(n, flat.shape, generator=self.generator, device=self.device)
-        z = self._hash(kind, length, flat)  # (k,)
-        if self.numpy:
-            u = torch.from_numpy((z >> np.uint64(32)).astype(np.float64) * (1.0 / (1 << 32)))
-            if n is None:
-                return u.to(self.device), None
-            pick = ((z & np.uint64(_LOW32)) * np.uint64(n)) >> np.uint64(32)
-            return u.to(self.device), torch.from_numpy(pick.view(np.int64)).to(self.device)
-        u = ((z >> 32) & _LOW32).double() * (1.0 / (1 << 32))
-        return u, None if n is None else ((z & _LOW32) * n) >> 32
-
-
 # --- input checking ---------------------------------------------------------------------------------
 
 
@@ -206,6 +56,38 @@ def _check_probability(name: str, value: float) -> float:
     if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]")
     return float(value)
+
+
+def check_mask_options(
+    mlm_probability: float = 0.15,
+    mask_replace_prob: float = 0.8,
+    random_replace_prob: float = 0.1,
+    selection: str = "bernoulli",
+    max_predictions: int | None = None,
+    per_word_decision: bool = True,
+) -> tuple[float, float, float]:
+    """Return the three probabilities as floats, or raise ValueError naming a bad masking option.
+
+    The options and defaults of `mask_tokens`; a collator calls this once when it is built, so a
+    bad option fails there rather than on the first batch inside a worker.
+    """
+    probabilities = (_check_probability("mlm_probability", mlm_probability),
+                     _check_probability("mask_replace_prob", mask_replace_prob),
+                     _check_probability("random_replace_prob", random_replace_prob))
+    if probabilities[1] + probabilities[2] > 1.0 + 1e-12:
+        raise ValueError(
+            f"mask_replace_prob + random_replace_prob = {probabilities[1] + probabilities[2]:g} "
+            f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 leave 0.1)"
+        )
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is unknown; use one of {', '.join(SELECTIONS)}")
+    if max_predictions is not None and (isinstance(max_predictions, bool)
+                                        or not isinstance(max_predictions, int)
+                                        or max_predictions < 1):
+        raise ValueError(f"max_predictions={max_predictions!r}; pass a positive int or None")
+    if not isinstance(per_word_decision, bool):
+        raise ValueError(f"per_word_decision={per_word_decision!r}; pass True or False")
+    return probabilities
 
 
 def _as_batch(input_ids: Any) -> tuple[torch.Tensor, bool]:
@@ -236,7 +118,7 @@ def _as_row_seeds(row_seeds: Any, batch: int, squeeze: bool, device: torch.devic
     if not isinstance(row_seeds, torch.Tensor) or row_seeds.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             "row_seeds must be a LongTensor of shape (B,) (one seed per row; see "
-            "bertlab.masking.example_seed)"
+            "bertlab.draws.example_seed)"
         )
     if squeeze and row_seeds.dim() == 0:
         row_seeds = row_seeds[None]
@@ -340,7 +222,7 @@ def _ensure_one(selected: torch.Tensor, eligible: torch.Tensor, keys: torch.Tens
 
 
 def _select_tokens(keys: torch.Tensor, maskable: torch.Tensor, mlm_probability: float,
-                   selection: str, max_predictions: int | None, draws: _Draws) -> torch.Tensor:
+                   selection: str, max_predictions: int | None, draws: Draws) -> torch.Tensor:
     if selection == "exact":
         budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
         return _ranks(keys, maskable, draws.last) < budget[:, None]
@@ -352,7 +234,7 @@ def _select_tokens(keys: torch.Tensor, maskable: torch.Tensor, mlm_probability: 
 
 def _select_words(
     word_keys: torch.Tensor, word_length: torch.Tensor, n_maskable: torch.Tensor,
-    mlm_probability: float, selection: str, max_predictions: int | None, draws: _Draws,
+    mlm_probability: float, selection: str, max_predictions: int | None, draws: Draws,
 ) -> torch.Tensor:
     """Selected words (B, W) given per-word keys and maskable-token counts, never splitting one."""
     candidate = word_length > 0  # (B, W)
@@ -445,20 +327,9 @@ def mask_tokens(
     """
     ids, squeeze = _as_batch(input_ids)  # (B, T)
     specials = special_ids(tokenizer_or_special_ids)
-    mlm_probability = _check_probability("mlm_probability", mlm_probability)
-    mask_replace_prob = _check_probability("mask_replace_prob", mask_replace_prob)
-    random_replace_prob = _check_probability("random_replace_prob", random_replace_prob)
-    if mask_replace_prob + random_replace_prob > 1.0 + 1e-12:
-        raise ValueError(
-            f"mask_replace_prob + random_replace_prob = {mask_replace_prob + random_replace_prob:g} "
-            f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 leave 0.1)"
-        )
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is unknown; use one of {', '.join(SELECTIONS)}")
-    if max_predictions is not None and (isinstance(max_predictions, bool)
-                                        or not isinstance(max_predictions, int)
-                                        or max_predictions < 1):
-        raise ValueError(f"max_predictions={max_predictions!r}; pass a positive int or None")
+    mlm_probability, mask_replace_prob, random_replace_prob = check_mask_options(
+        mlm_probability, mask_replace_prob, random_replace_prob, selection, max_predictions,
+        per_word_decision)
     if generator is not None and row_seeds is not None:
         raise ValueError("pass either generator= or row_seeds=, not both")
     ids = ids.contiguous()  # flat positions below index the row-major layout
@@ -486,7 +357,8 @@ def mask_tokens(
             )
         maskable.logical_and_(attention)
 
-    draws = _Draws(generator, row_seeds, device)
+    # Step 1, select: per token, or per word when word ids are given.
+    draws = Draws(generator, row_seeds, device)
     words = None
     if mlm_probability == 0.0:
         selected = torch.zeros_like(maskable)
@@ -506,7 +378,7 @@ def mask_tokens(
                                selection, max_predictions, draws)
         selected = chosen.gather(1, words) & maskable  # (B, W) -> (B, T)
 
-    # Steps 2 and 3 touch only the k targets (about 15% of the batch), as flat (k,) tensors.
+    # Step 2, perturb: only the k targets (about 15% of the batch), as flat (k,) tensors.
     flat = selected.view(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
     original = ids.take(flat)
     replace_from = n_allowed if random_replace_prob > 0.0 else None
@@ -520,6 +392,7 @@ def mask_tokens(
         pick = _nth_non_special(pick, runs).to(ids.dtype)
         new = torch.where(decide < mask_replace_prob + random_replace_prob, pick, original)
     new = torch.where(decide < mask_replace_prob, specials.mask, new)
+    # Step 3, label: the original id at every target, IGNORE_INDEX elsewhere.
     outputs = [ids.put(flat, new), torch.where(selected, ids, IGNORE_INDEX)]
     if return_decisions:
         decision = torch.full_like(original, int(Decision.KEEP), dtype=torch.int8)
@@ -554,12 +427,7 @@ def mask_tokens_reference(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    for name, value in (("mlm_probability", mlm_probability),
-                        ("mask_replace_prob", mask_replace_prob),
-                        ("random_replace_prob", random_replace_prob)):
-        _check_probability(name, value)
-    if mask_replace_prob + random_replace_prob > 1.0 + 1e-12:
-        raise ValueError("mask_replace_prob + random_replace_prob exceeds 1; lower one of them")
+    check_mask_options(mlm_probability, mask_replace_prob, random_replace_prob)
     skip = set(special_tokens)
     masked, labels, decisions = [], [], []
     for token in tokens:
@@ -582,25 +450,35 @@ def mask_tokens_reference(
     return (masked, labels, decisions) if return_decisions else (masked, labels)
 
 
+def wordpiece_word_ids(tokens: Sequence[str] | np.ndarray) -> list[int | None] | np.ndarray:
+    """Return the word index of each WordPiece token string: a "##" piece joins the word before it.
+
+    Special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) belong to no word (None), and a "##"
+    piece right after one starts a word. Indices count 0, 1, 2, ... over the whole sequence, so
+    the two sentences of a pair never share one. `tokens` is one sequence of strings (returns a
+    list) or a numpy array of strings of shape (..., T) (returns an int64 array of the same shape,
+    -1 for None, without a Python loop: a collator passes `vocab[ids]`, the token strings by id).
+    """
+    strings = np.asarray(tokens, dtype=str)
+    is_word = ~np.isin(strings, SPECIAL_TOKENS)
+    continues = np.char.startswith(strings, "##")
+    continues[..., 1:] &= is_word[..., :-1]
+    continues[..., :1] = False  # the first piece of a sequence starts a word, "##" or not
+    word = np.where(is_word, np.cumsum(is_word & ~continues, axis=-1) - 1, -1)
+    if isinstance(tokens, np.ndarray):
+        return word.astype(np.int64)
+    return [None if w < 0 else w for w in word.tolist()]
+
+
 def word_ids_from_encoding(encoding: Encoding | Sequence[Encoding]) -> list[Any]:
     """Return one word index per token (None for special tokens and padding) for whole-word masking.
 
-    English WordPiece: a token starting with "##" continues the previous word. Indices run over
-    the whole sequence, so the two sentences of a pair never share one (the tokenizer's own
-    `encoding.word_ids` restart at 0 for the second sentence). A list of encodings gives a list
-    of lists.
+    The word ids of `wordpiece_word_ids(encoding.tokens)`. Unlike the tokenizer's own
+    `encoding.word_ids`, which restart at 0 for the second sentence, they run over the whole
+    sequence. A list of encodings gives a list of lists.
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
     if not isinstance(encoding, Encoding):
         return [word_ids_from_encoding(e) for e in encoding]
-    words: list[int | None] = []
-    current = -1
-    for token, special in zip(encoding.tokens, encoding.special_tokens_mask, strict=True):
-        if special:
-            words.append(None)
-            continue
-        if not (token.startswith("##") and words and words[-1] is not None):
-            current += 1
-        words.append(current)
-    return words
+    return wordpiece_word_ids(encoding.tokens)

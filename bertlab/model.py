@@ -1,10 +1,12 @@
-"""The BERT encoder, its two pretraining heads and a classification head, in one file.
+"""The BERT encoder and its two pretraining heads, with the loss, in one file.
 
-Read top to bottom: the config and its presets, parameter and FLOP counts, then the modules in
-the order data flows through them (embeddings -> attention -> feed-forward -> layer -> encoder ->
-heads). Numerics follow the original BERT (erf GELU, post-LN, LayerNorm eps 1e-12, tanh pooler,
-MLM decoder tied to the word embeddings), so that `bertlab.hf` can map weights to and from
-`transformers.BertForPreTraining` and get the same numbers.
+Read top to bottom: the config and its presets, then the modules in the order data flows
+through them (embeddings -> attention -> feed-forward -> layer -> encoder -> heads), with the
+pretraining loss (defined once, here) and fill-mask on token ids beside the model. Numerics
+follow the original BERT (erf GELU, post-LN, LayerNorm eps 1e-12, tanh pooler, MLM decoder tied
+to the word embeddings), so that `bertlab.hf` can map weights to and from
+`transformers.BertForPreTraining` and get the same numbers. Imports only torch; parameter and
+FLOP counts are in `bertlab.sizes`.
 
 Taught in notebooks/04_encoder.ipynb
 """
@@ -18,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.masking import IGNORE_INDEX  # -100: the label of a position that is not predicted
+IGNORE_INDEX = -100  # the label of a position that is not predicted (cross-entropy's default)
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -107,79 +109,6 @@ class BertConfig:
 
 
 # ---------------------------------------------------------------------------------------------
-# Counting parameters and FLOPs
-
-
-def _count_from_config(config: BertConfig) -> dict[str, int]:
-    d, ff, V = config.hidden_size, config.intermediate_size, config.vocab_size
-    embeddings = (V + config.max_position_embeddings + config.type_vocab_size) * d + 2 * d
-    per_layer = (
-        3 * (d * d + d)  # query, key, value
-        + (d * d + d) + 2 * d  # attention output projection + LayerNorm
-        + (d * ff + ff) + (ff * d + d) + 2 * d  # feed-forward + LayerNorm
-    )
-    heads = (
-        (d * d + d)  # pooler
-        + (d * d + d) + 2 * d + V  # MLM transform, LayerNorm, output bias (decoder is tied)
-        + (2 * d + 2)  # NSP
-    )
-    return {"embeddings": embeddings, "encoder": config.num_layers * per_layer, "heads": heads}
-
-
-def count_parameters(model_or_config: nn.Module | BertConfig) -> dict[str, int]:
-    """Return parameter counts split into embeddings / encoder / heads, plus the total.
-
-    For a config the counts are those of `BertForPreTraining(config)`. "heads" holds the pooler
-    and every head; the tied MLM decoder is counted once, with the word embeddings.
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-    if isinstance(model_or_config, BertConfig):
-        counts = _count_from_config(model_or_config)
-    else:
-        counts = {"embeddings": 0, "encoder": 0, "heads": 0}
-        for name, p in model_or_config.named_parameters():  # tied parameters are listed once
-            if "embeddings." in name:
-                counts["embeddings"] += p.numel()
-            elif "layers." in name:
-                counts["encoder"] += p.numel()
-            else:
-                counts["heads"] += p.numel()
-    counts["total"] = sum(counts.values())
-    return counts
-
-
-def flops_per_token(config: BertConfig, seq_len: int, mlm_fraction: float = 0.15) -> float:
-    """Return the training FLOPs (forward + backward) per token of one pretraining step.
-
-    6 x encoder parameters (a multiply-add per weight, forward 2 and backward 4), plus
-    12 x layers x hidden x seq_len for the attention scores and their weighted sum, plus the MLM
-    head 6 x (d^2 + d V) run on `mlm_fraction` of the tokens only. Embedding lookups, LayerNorm,
-    softmax and the per-sequence pooler/NSP are left out (small). See REFERENCE.md.
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-    d, V = config.hidden_size, config.vocab_size
-    encoder = _count_from_config(config)["encoder"]
-    attention = 12 * config.num_layers * d * seq_len
-    mlm_head = 6 * (d * d + d * V) * mlm_fraction
-    return float(6 * encoder + attention + mlm_head)
-
-
-def parameter_table(vocab_size: int) -> list[dict[str, int | str]]:
-    """Return one row per preset: its sizes and parameter counts (embeddings / encoder / heads).
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-    rows = []
-    for name, (layers, hidden, heads) in PRESETS.items():
-        counts = count_parameters(BertConfig.preset(name, vocab_size=vocab_size))
-        rows.append({"preset": name, "layers": layers, "hidden": hidden, "attention_heads": heads,
-                     **counts})
-    return rows
-
-
-# ---------------------------------------------------------------------------------------------
 # Outputs
 
 
@@ -204,25 +133,18 @@ class PreTrainingOutput:
     nsp_logits: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
-
-
-@dataclass
-class ClassificationOutput:
-    """What `BertForSequenceClassification` returns."""
-
-    loss: torch.Tensor | None
-    logits: torch.Tensor  # (B, num_labels)
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
+    loss_sums: dict[str, torch.Tensor] | None = None  # behind the means: `pretraining_loss_sums`
 
 
 # ---------------------------------------------------------------------------------------------
 # Modules
 
 
-def _init_weights(module: nn.Module, std: float, generator: torch.Generator | None) -> None:
-    # BERT's init: N(0, 0.02) weights, zero biases, LayerNorm at identity. The padding row of the
-    # word embeddings is an ordinary row (as in Google's BERT).
+def init_weights(module: nn.Module, std: float, generator: torch.Generator | None) -> None:
+    """Initialise one module as BERT does: N(0, std) weights, zero biases, LayerNorm at identity.
+
+    The padding row of the word embeddings is an ordinary row (as in Google's BERT).
+    """
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std, generator=generator)
         if getattr(module, "bias", None) is not None:
@@ -275,13 +197,8 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d, d)
         self.dropout_p = config.attention_dropout
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        key_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        rows: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
+                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T).
 
         With `rows` (flat indices into the B*T tokens) only those rows are projected: (R, d).
@@ -324,13 +241,8 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(d, eps=eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        key_mask: torch.Tensor | None,
-        output_attentions: bool = False,
-        rows: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
+                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return the block's output (B, T, d) and the attention probabilities if asked.
 
         With `rows` (flat indices into the B*T tokens) every token is still attended to, but
@@ -391,17 +303,12 @@ class BertModel(nn.Module):
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
-        self.apply(lambda m: _init_weights(m, config.initializer_range, generator))
+        self.apply(lambda m: init_weights(m, config.initializer_range, generator))
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        positions: torch.Tensor | None = None,
-    ) -> EncoderOutput:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
+                output_attentions: bool = False,
+                positions: torch.Tensor | None = None) -> EncoderOutput:
         """Return an `EncoderOutput`: last_hidden_state (B, T, d), pooler_output (B, d), extras.
 
         `attention_mask` is 1 for real tokens and 0 for padding (keys at padding are ignored).
@@ -443,10 +350,7 @@ class BertModel(nn.Module):
 
 
 class MaskedLMHead(nn.Module):
-    """dense + GELU + LayerNorm, then scores against the (tied) word embeddings plus a bias.
-
-    Taught in notebooks/04_encoder.ipynb
-    """
+    """dense + GELU + LayerNorm, then scores against the (tied) word embeddings plus a bias."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -460,12 +364,41 @@ class MaskedLMHead(nn.Module):
         return F.linear(h, word_embeddings, self.bias)  # (..., d) @ (d, V) -> (..., V)
 
 
-def _mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    # With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711). Sum over
-    # max(count, 1) gives 0 instead, still attached to the graph so backward() works, and
-    # without a data-dependent branch (which would split a torch.compile graph).
-    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+# ---------------------------------------------------------------------------------------------
+# The pretraining loss, defined once
+
+
+def loss_counts(labels: torch.Tensor | None,
+                next_sentence_label: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Return how many terms each pretraining loss sums: "targets" (MLM labels that are not
+    -100) with `labels`, "sequences" (NSP labels) with `next_sentence_label`."""
+    counts = {}
+    if labels is not None:
+        counts["targets"] = (labels != IGNORE_INDEX).sum()
+    if next_sentence_label is not None:
+        counts["sequences"] = (next_sentence_label != IGNORE_INDEX).sum()
+    return counts
+
+
+def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
+                          nsp_logits: torch.Tensor,
+                          next_sentence_label: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """Return BERT's two cross-entropies as sums, with their counts (`loss_counts`).
+
+    "mlm" with `labels` (`mlm_logits` (N, V) pairs row by row with `labels` (N,); a -100 adds
+    nothing), "nsp" with `next_sentence_label`. Sums, not means: the model reports each loss as
+    its sum over its own count (the mean, as `transformers` does), while a training step made of
+    several batches (accumulation, DDP) divides each batch's sums by the whole step's counts, so
+    every target weighs the same however the step is split. fp32 even under autocast.
+    """
+    sums = loss_counts(labels, next_sentence_label)
+    if labels is not None:
+        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX,
+                                      reduction="sum")
+    if next_sentence_label is not None:
+        sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label,
+                                      ignore_index=IGNORE_INDEX, reduction="sum")
+    return sums
 
 
 class BertForPreTraining(nn.Module):
@@ -481,23 +414,17 @@ class BertForPreTraining(nn.Module):
         self.mlm = MaskedLMHead(config)
         self.nsp = nn.Linear(config.hidden_size, 2)  # IS_NEXT = 0, NOT_NEXT = 1
         for head in (self.mlm, self.nsp):
-            head.apply(lambda m: _init_weights(m, config.initializer_range, generator))
+            head.apply(lambda m: init_weights(m, config.initializer_range, generator))
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Return vocabulary logits for hidden vectors, (..., d) -> (..., V)."""
         return self.mlm(hidden, self.bert.embeddings.word_embeddings.weight)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        next_sentence_label: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-        full_mlm_logits: bool = False,
-    ) -> PreTrainingOutput:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                next_sentence_label: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                full_mlm_logits: bool = False) -> PreTrainingOutput:
         """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
 
         With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the labelled
@@ -508,10 +435,8 @@ class BertForPreTraining(nn.Module):
         """
         _check_inputs(input_ids, self.config, labels=labels)
         if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
-            raise ValueError(
-                f"next_sentence_label must be (batch,) = {tuple(input_ids.shape[:1])}, "
-                f"got {tuple(next_sentence_label.shape)}"
-            )
+            raise ValueError(f"next_sentence_label must be (batch,) = {tuple(input_ids.shape[:1])}"
+                             f", got {tuple(next_sentence_label.shape)}")
         sparse = labels is not None and not full_mlm_logits
         where = positions = None
         if sparse:
@@ -524,66 +449,44 @@ class BertForPreTraining(nn.Module):
                             output_attentions=output_attentions, positions=positions)
         h = encoded.last_hidden_state  # (B, T, d), or (N, d) when positions were given
 
-        mlm_loss = None
         if not sparse:
             mlm_logits = self.mlm_logits(h)  # (B, T, d) -> (B, T, V)
-            if labels is not None:
-                mlm_loss = _mean_cross_entropy(mlm_logits.flatten(0, 1), labels.flatten())
+            flat_logits = mlm_logits.flatten(0, 1)  # (B, T, V) -> (B*T, V)
+            mlm_labels = None if labels is None else labels.flatten()
         else:
             # The head (and its V-wide matmul) runs on the ~15% of tokens that are targets.
             targets = h if positions is not None else h.flatten(0, 1).index_select(0, where)
-            mlm_logits = self.mlm_logits(targets)  # (N, d) -> (N, V)
-            mlm_loss = _mean_cross_entropy(mlm_logits, labels.flatten().index_select(0, where))
-
+            flat_logits = mlm_logits = self.mlm_logits(targets)  # (N, d) -> (N, V)
+            mlm_labels = labels.flatten().index_select(0, where)
         nsp_logits = self.nsp(encoded.pooler_output)  # (B, d) -> (B, 2)
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits, next_sentence_label)
 
+        sums = pretraining_loss_sums(flat_logits, mlm_labels, nsp_logits, next_sentence_label)
+        # Means. With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711);
+        # the sum over max(count, 1) gives 0 instead, attached to the graph so backward() works,
+        # and without a data-dependent branch (which would split a torch.compile graph).
+        mlm_loss = sums["mlm"] / sums["targets"].clamp(min=1) if "mlm" in sums else None
+        nsp_loss = sums["nsp"] / sums["sequences"].clamp(min=1) if "nsp" in sums else None
         present = [x for x in (mlm_loss, nsp_loss) if x is not None]
         loss = sum(present[1:], present[0]) if present else None
         return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits,
-                                 encoded.hidden_states, encoded.attentions)
+                                 encoded.hidden_states, encoded.attentions, sums or None)
 
+    @torch.no_grad()
+    def fill_mask(self, input_ids: torch.Tensor, mask_id: int, top_k: int = 5,
+                  token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return (probabilities, token ids), each (masks, top_k), best first, at each `mask_id`.
 
-class BertForSequenceClassification(nn.Module):
-    """BERT with dropout + a linear classifier on the pooled [CLS] vector.
-
-    `num_labels=1` means regression (mean squared error), as in `transformers`.
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-
-    def __init__(self, config: BertConfig, num_labels: int,
-                 generator: torch.Generator | None = None):
-        super().__init__()
-        if num_labels < 1:
-            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
-        self.config = config
-        self.num_labels = num_labels
-        self.bert = BertModel(config, generator=generator)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        self.classifier = nn.Linear(config.hidden_size, num_labels)
-        _init_weights(self.classifier, config.initializer_range, generator)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
-    ) -> ClassificationOutput:
-        """Return a `ClassificationOutput`: logits (B, num_labels) and the loss if labels given."""
-        encoded = self.bert(input_ids, attention_mask, token_type_ids,
-                            output_hidden_states=output_hidden_states,
-                            output_attentions=output_attentions)
-        logits = self.classifier(self.dropout(encoded.pooler_output))  # (B, d) -> (B, labels)
-        loss = None
-        if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
-            else:
-                loss = F.cross_entropy(logits, labels)
-        return ClassificationOutput(loss, logits, encoded.hidden_states, encoded.attentions)
+        `input_ids` (B, T) are unpadded sequences; the masks come in row-major order. Runs
+        without dropout, then restores the mode; non-finite probabilities raise a ValueError.
+        """
+        device, was_training = next(self.parameters()).device, self.training
+        out = self.eval()(input_ids.to(device), token_type_ids=None if token_type_ids is None
+                          else token_type_ids.to(device))
+        self.train(was_training)
+        probs = out.mlm_logits[(input_ids == mask_id).to(device)].float().softmax(-1)  # (masks, V)
+        if not torch.isfinite(probs).all():  # finite weights can still overflow inside the model
+            raise ValueError("the model gives NaN or inf probabilities: its weights are non-finite "
+                             "or overflow (a corrupt checkpoint, or a run that diverged); use an "
+                             "earlier checkpoint or train again")
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (masks, V) -> 2 x (masks, k)
+        return top.values, top.indices

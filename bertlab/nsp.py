@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
-from bertlab.corpus import Document
+from bertlab.document import Document
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
 
 IS_NEXT = 0  # B really follows A (Google and Hugging Face convention: label 0)

@@ -6,37 +6,35 @@ Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import os
 import warnings
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 
 import tokenizers
-from tokenizers import (
-    Encoding,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Encoding, Tokenizer, processors
 
-from bertlab.corpus import Document
+from bertlab.document import Document
 from bertlab.util import atomic_write_json, atomic_write_text
-
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertlab vocabulary
+from bertlab.wordpiece import (
+    CLS,
+    MASK,
+    PAD,
+    SEP,
+    SPECIAL_TOKENS,
+    UNK,
+    build_untrained_tokenizer,
+    count_words,
+    iter_texts,
+    wordpiece_model,
+    wordpiece_vocabulary,
+)
 
 # Bump when the way a tokenizer is built changes, so stale cache entries are not reused.
 _CACHE_FORMAT = 5
-# A longer word becomes [UNK] (Google's tokenizer uses the same limit), so training skips it.
-MAX_WORD_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -82,36 +80,6 @@ def special_ids(tokenizer: Tokenizer | SpecialIds) -> SpecialIds:
     )
 
 
-def _texts(docs_or_texts: Iterable[Document | str]) -> Iterator[str]:
-    for item in docs_or_texts:
-        if isinstance(item, Document):
-            if item.title:
-                yield item.title
-            yield from item.sentences
-        elif isinstance(item, str):
-            yield item
-        else:
-            raise TypeError(
-                f"train_tokenizer takes Documents or strings, got {type(item).__name__}"
-            )
-
-
-def build_untrained_tokenizer(lowercase: bool = True) -> Tokenizer:
-    """Return an empty WordPiece tokenizer with BERT's normalizer and pre-tokenizer (no vocabulary yet)."""
-    tok = Tokenizer(
-        models.WordPiece(unk_token=UNK, continuing_subword_prefix="##",
-                         max_input_chars_per_word=MAX_WORD_CHARS)
-    )
-    # Clean text, put spaces around CJK characters (so each becomes its own word), lowercase and
-    # strip accents together, as Google's BasicTokenizer does.
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=lowercase, lowercase=lowercase
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return tok
-
-
 def _add_post_processor(tok: Tokenizer) -> None:
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     # Segment ids: 0 for [CLS] A [SEP], 1 for B [SEP].
@@ -120,114 +88,6 @@ def _add_post_processor(tok: Tokenizer) -> None:
         pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
         special_tokens=[(CLS, cls_id), (SEP, sep_id)],
     )
-
-
-def count_words(docs_or_texts: Iterable[Document | str], lowercase: bool = True) -> Counter[str]:
-    """Return how often each word occurs: the text normalized and pre-tokenized as BERT does.
-
-    This is all the WordPiece trainer looks at, so training needs memory for the distinct words
-    only, however large the corpus.
-    """
-    tok = build_untrained_tokenizer(lowercase)
-    counts: Counter[str] = Counter()
-    for text in _texts(docs_or_texts):
-        counts.update(word for word, _ in tok.pre_tokenizer.pre_tokenize_str(
-            tok.normalizer.normalize_str(text)))
-    return counts
-
-
-def wordpiece_vocabulary(word_counts: Mapping[str, int], vocab_size: int,
-                         min_frequency: int = 2) -> list[str]:
-    """Return a WordPiece vocabulary learnt from word counts, in id order (specials first).
-
-    The trainer is BPE on words, as in the `tokenizers` library's WordPieceTrainer: every word
-    starts as its characters (`h ##e ##l ##l ##o`), then the most frequent adjacent pair of
-    pieces (counted over all words, weighted by word frequency) is merged into a new piece, again
-    and again, until the vocabulary has `vocab_size` entries or no pair occurs `min_frequency`
-    times. Every character seen enters the vocabulary, however rare.
-
-    Deterministic by construction: when two pairs are equally frequent, the one that sorts first
-    by spelling (code points) wins. The `tokenizers` trainer breaks such ties by internal ids
-    assigned in hash-map order (huggingface/tokenizers#1794), which gave a different vocabulary
-    on each run for Chinese text, where many rare merges tie. Words longer than
-    `MAX_WORD_CHARS` are left out (encoding turns them into [UNK] anyway).
-
-    Ids: specials 0-4, then every single character and its "##" form by code point, then merged
-    pieces, most frequent in the training text first (ties by spelling).
-    """
-    words: list[list[str]] = []
-    freqs: list[int] = []
-    singles: set[str] = set()  # every character, and the "##" form of those seen inside a word
-    for word in sorted(word_counts):
-        if 0 < len(word) <= MAX_WORD_CHARS:
-            words.append([word[0], *("##" + ch for ch in word[1:])])
-            freqs.append(word_counts[word])
-            singles.update(word)
-            singles.update(words[-1][1:])
-    size = len(SPECIAL_TOKENS) + len(singles)
-    merged: set[str] = set()
-
-    # Pair counts and, per pair, the words it occurs in; a heap of (-count, left, right) picks
-    # the most frequent pair, ties by spelling. Entries go stale when counts change: every change
-    # pushes a fresh entry, and a popped entry whose count is no longer current is skipped.
-    pairs: dict[tuple[str, str], int] = {}
-    where: dict[tuple[str, str], set[int]] = {}
-    for index, (pieces, freq) in enumerate(zip(words, freqs, strict=True)):
-        for pair in pairwise(pieces):
-            pairs[pair] = pairs.get(pair, 0) + freq
-            where.setdefault(pair, set()).add(index)
-    heap = [(-count, left, right) for (left, right), count in pairs.items()]
-    heapq.heapify(heap)
-    while heap and size < vocab_size:
-        negative, left, right = heapq.heappop(heap)
-        count = pairs.get((left, right), 0)
-        if count != -negative:
-            continue  # stale entry
-        if count < min_frequency:
-            break
-        new = left + right[2:]  # right is always a "##" piece
-        if new not in merged and new not in singles:
-            merged.add(new)
-            size += 1
-        changed: set[tuple[str, str]] = set()
-        for index in where.pop((left, right)):
-            pieces, freq = words[index], freqs[index]
-            for pair in pairwise(pieces):
-                pairs[pair] -= freq
-                changed.add(pair)
-            out, i = [], 0
-            while i < len(pieces):
-                if i + 1 < len(pieces) and pieces[i] == left and pieces[i + 1] == right:
-                    out.append(new)
-                    i += 2
-                else:
-                    out.append(pieces[i])
-                    i += 1
-            words[index] = out
-            for pair in pairwise(out):
-                pairs[pair] = pairs.get(pair, 0) + freq
-                changed.add(pair)
-                where.setdefault(pair, set()).add(index)
-        for pair in changed:
-            if pairs[pair] > 0:
-                heapq.heappush(heap, (-pairs[pair], *pair))
-            else:
-                del pairs[pair]
-                where.pop(pair, None)
-
-    # Order the merged pieces by how often they occur when the training words are encoded.
-    chars = sorted(t for t in singles if not t.startswith("##"))
-    char_pieces = sorted(t for t in singles if t.startswith("##"))
-    model = models.WordPiece(
-        vocab={t: i for i, t in enumerate([*SPECIAL_TOKENS, *chars, *char_pieces, *merged])},
-        unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD_CHARS,
-    )
-    uses: Counter[str] = Counter()
-    for word, freq in word_counts.items():
-        for token in model.tokenize(word):
-            uses[token.value] += freq
-    by_use = sorted(merged, key=lambda t: (-uses[t], t))
-    return [*SPECIAL_TOKENS, *chars, *char_pieces, *by_use]
 
 
 def vocab_digest(tokenizer: Tokenizer) -> str:
@@ -247,7 +107,7 @@ def default_cache_dir() -> Path:
 
 
 def _fingerprint(docs_or_texts: Iterable[Document | str], settings: dict) -> str:
-    texts = _Tee(_texts(docs_or_texts))
+    texts = _Tee(iter_texts(docs_or_texts))
     for _ in texts:
         pass
     return texts.digest(settings)
@@ -339,7 +199,7 @@ def train_tokenizer(
     one_shot = isinstance(docs_or_texts, Iterator)
     counts: Counter[str] | None = None
     if one_shot:  # read once: count the words while fingerprinting the text
-        texts = _Tee(_texts(docs_or_texts))
+        texts = _Tee(iter_texts(docs_or_texts))
         counts = count_words(texts, lowercase)
         key = texts.digest(settings)
     else:
@@ -356,10 +216,8 @@ def train_tokenizer(
         raise ValueError("train_tokenizer: the corpus has no text; pass documents with sentences")
 
     tok = build_untrained_tokenizer(lowercase)
-    tok.model = models.WordPiece(
-        vocab={t: i for i, t in enumerate(wordpiece_vocabulary(counts, vocab_size, min_frequency))},
-        unk_token=UNK, continuing_subword_prefix="##", max_input_chars_per_word=MAX_WORD_CHARS,
-    )
+    tok.model = wordpiece_model(
+        {t: i for i, t in enumerate(wordpiece_vocabulary(counts, vocab_size, min_frequency))})
     tok.add_special_tokens(list(SPECIAL_TOKENS))  # "[MASK]" typed in a text stays one token
     _add_post_processor(tok)
     if cache:
@@ -445,10 +303,7 @@ def tokenizer_from_vocab(vocab_file: str | Path, lowercase: bool = True) -> Toke
             f"{', '.join(SPECIAL_TOKENS)} (add them as lines of the file)"
         )
     tok = build_untrained_tokenizer(lowercase)
-    tok.model = models.WordPiece(
-        vocab=vocab, unk_token=UNK, continuing_subword_prefix="##",
-        max_input_chars_per_word=MAX_WORD_CHARS,
-    )
+    tok.model = wordpiece_model(vocab)
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     _add_post_processor(tok)
     return tok
@@ -576,3 +431,14 @@ def chinese_word_ids(
         all_ids.append(ids)
         total += n_fallback
     return all_ids, total
+
+
+def check_same_vocabulary(tok: Tokenizer, name: str, reference: Tokenizer, reference_name: str,
+                          fix: str) -> None:
+    """Raise a ValueError naming both tokenizers unless they have the same vocabulary."""
+    if tok.get_vocab() == reference.get_vocab():
+        return
+    size, other = tok.get_vocab_size(), reference.get_vocab_size()
+    detail = (f"{size} vs {other} tokens" if size != other
+              else f"both have {size} tokens, but not the same ones")
+    raise ValueError(f"{name} is not the vocabulary of {reference_name}: {detail}; {fix}")

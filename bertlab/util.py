@@ -2,7 +2,11 @@
 
 Every file bertlab writes into a run, a shard folder or a cache goes through `atomic_write_*`
 (a temporary file in the same folder, flushed, then renamed over the target), so a crash, a
-kill or a full disk leaves either the old file or the new one, never half of one.
+kill or a full disk leaves either the old file or the new one, never half of one. A folder that
+must appear whole (a checkpoint, a Hugging Face export, prepared shards) is built by
+`atomic_write_folder` in a hidden staging sibling and renamed into place the same way.
+
+`check_number` is the one check behind the settings classes' "must be a positive integer".
 
 `folder_kind` tells the artefacts apart (a pretraining run, prepared shards, a Hugging Face
 export, a single checkpoint), so a command can refuse, before it writes anything, a folder that
@@ -11,16 +15,23 @@ belongs to something else. `FolderLock` keeps two processes out of one run folde
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import shutil
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
+STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{random}.tmp
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,6 +77,84 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
     """Return `path` after replacing its content with `obj` as indented JSON, in one step."""
     return atomic_write_text(path, json.dumps(obj, indent=1))
+
+
+def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
+                        sweep_stale: bool = False) -> Path:
+    """Return `path` after `write(staging)` built the folder in a hidden sibling, moved into place.
+
+    `write` fills a fresh staging folder next to `path` (`.{name}.{random}.tmp`); its files are
+    flushed to disk, then it is renamed to `path` in one step. An existing `path` is first moved
+    aside, so one complete copy exists at every moment, and removed after. If `write` raises
+    (a crash, a full disk, Ctrl-C), the staging folder is deleted and `path` is untouched.
+    Ctrl-C and SIGTERM wait while the renames run. `sweep_stale=True` also deletes the staging
+    folders that killed writers left in the same parent: only for a parent bertlab owns (a run's
+    checkpoints/), never for a folder of the user's.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # mkdir, not mkdtemp: the folder gets the usual permissions (mkdtemp's are owner-only).
+    staging = path.parent / f".{path.name}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
+    staging.mkdir()
+    try:
+        write(staging)
+        for item in sorted(staging.rglob("*"), reverse=True):  # files before their folders
+            fsync_path(item)
+        fsync_path(staging)
+        with _signals_deferred():
+            if path.exists():
+                aside = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
+                os.replace(path, aside)
+                os.replace(staging, path)
+                shutil.rmtree(aside)
+            else:
+                os.replace(staging, path)
+            fsync_path(path.parent)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    if sweep_stale:
+        for stale in path.parent.glob(f".*{STAGING_SUFFIX}"):
+            shutil.rmtree(stale, ignore_errors=True)
+    return path
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    # A Ctrl-C or SIGTERM that arrives while folders are being renamed waits until the renames
+    # are done, so the folder being replaced is never left missing.
+    if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    else:
+        yield
+
+
+# --------------------------------------------------------------------------------------------
+# Checking settings
+
+_NUMBER_KINDS = {
+    "positive integer": lambda v: isinstance(v, int) and v > 0,
+    "integer >= 0": lambda v: isinstance(v, int) and v >= 0,
+    "positive number": lambda v: isinstance(v, (int, float)) and v > 0,
+}
+
+
+def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool = False) -> None:
+    """Raise a ValueError naming `owner.name`, `kind` and `value` unless `value` is of `kind`.
+
+    `kind` is "positive integer", "integer >= 0" or "positive number" (a bool is none of them);
+    None passes when `none_ok`. E.g. "TrainConfig.lr must be a positive number, got -1.0".
+    """
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not _NUMBER_KINDS[kind](value):
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise ValueError(f"{owner}.{name} must be {article} {kind}"
+                         f"{' or None' if none_ok else ''}, got {value!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,3 +297,25 @@ def _unlock(handle: Any) -> None:
     else:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+
+
+@contextlib.contextmanager
+def writing_into(out: Path, what: str) -> Iterator[None]:
+    """Hold `FolderLock(out, what)` for the block. If the block fails while `out` holds nothing
+    but the lock, the folders the lock had to create are removed again: a refusal leaves no trace.
+    """
+    new_folders = []
+    for folder in [out.absolute(), *out.absolute().parents]:
+        if folder.exists():
+            break
+        new_folders.append(folder)
+    try:
+        with FolderLock(out, what):
+            yield
+    except BaseException:
+        if new_folders and folder_kind(out) == "empty":
+            (out / LOCK_NAME).unlink(missing_ok=True)
+            for folder in new_folders:
+                with contextlib.suppress(OSError):  # not empty: something else wrote there
+                    folder.rmdir()
+        raise

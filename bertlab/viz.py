@@ -1,15 +1,27 @@
 """Matplotlib figures used by the notebooks. Nothing here runs on import.
 
 Each section belongs to one lesson; functions return the matplotlib Figure they draw.
+matplotlib is imported on first use (`_pyplot`), not with this module: it is slow to import,
+and `python -m bertlab` loads this module (for the demo) on every command.
 """
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt  # noqa: F401  (used by the sections below)
+import math
+from collections import Counter
+
+import numpy as np
+
+from bertlab.train import lr_at
+
+
+def _pyplot():
+    import matplotlib.pyplot as plt  # lazy: see the module docstring
+
+    return plt
+
 
 # --- corpus and tokenizer (notebooks/01_corpus_and_tokenizer.ipynb) ---------------------------
-
-
 def plot_corpus_overview(docs):
     """Return a figure with three panels: documents per label, sentences per document, words per sentence.
 
@@ -17,25 +29,23 @@ def plot_corpus_overview(docs):
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
-    from collections import Counter
-
     docs = list(docs)
     if not docs:
         raise ValueError("plot_corpus_overview: no documents; pass the list load_corpus returns")
     labels = Counter(d.label or "(none)" for d in docs)
     per_doc = [len(d.sentences) for d in docs]
     words = [len(s.split()) for d in docs for s in d.sentences]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+    fig, axes = _pyplot().subplots(1, 3, figsize=(13, 3.4))
     names = sorted(labels)
     axes[0].bar(names, [labels[n] for n in names], color="#4c78a8")
     axes[0].set_title("documents per label")
     axes[0].tick_params(axis="x", rotation=30)
-    axes[1].hist(per_doc, bins=range(0, min(max(per_doc), 80) + 2), color="#f58518")
-    axes[1].set_title(f"sentences per document (median {sorted(per_doc)[len(per_doc) // 2]})")
-    axes[1].set_xlabel("sentences")
-    axes[2].hist(words, bins=range(0, min(max(words), 80) + 2), color="#54a24b")
-    axes[2].set_title(f"words per sentence (median {sorted(words)[len(words) // 2]})")
-    axes[2].set_xlabel("words (split on spaces)")
+    for ax, values, what, unit, color in (
+            (axes[1], per_doc, "sentences per document", "sentences", "#f58518"),
+            (axes[2], words, "words per sentence", "words (split on spaces)", "#54a24b")):
+        ax.hist(values, bins=range(0, min(max(values), 80) + 2), color=color)
+        ax.set_title(f"{what} (median {sorted(values)[len(values) // 2]})")
+        ax.set_xlabel(unit)
     fig.tight_layout()
     return fig
 
@@ -48,8 +58,6 @@ def plot_wordpiece_stats(tokenizer, sentences):
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
-    from collections import Counter
-
     encodings = tokenizer.encode_batch(list(sentences), add_special_tokens=False)
     pieces_per_word: Counter = Counter()
     token_counts: Counter = Counter()
@@ -58,10 +66,9 @@ def plot_wordpiece_stats(tokenizer, sentences):
         token_counts.update(enc.ids)
     if not token_counts:
         raise ValueError("plot_wordpiece_stats: the sentences produced no tokens")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 3.4))
     total = sum(pieces_per_word.values())
-    ks = [1, 2, 3, 4]
-    shares = [pieces_per_word[k] / total for k in ks[:-1]]
+    shares = [pieces_per_word[k] / total for k in (1, 2, 3)]
     shares.append(sum(v for k, v in pieces_per_word.items() if k >= 4) / total)
     axes[0].bar(["1", "2", "3", "4+"], shares, color="#4c78a8")
     for x, share in enumerate(shares):
@@ -79,7 +86,6 @@ def plot_wordpiece_stats(tokenizer, sentences):
 
 
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
-
 # One colour per masking decision, indexed by bertlab.masking.Decision (shared with widgets.py).
 MASKING_COLORS = ("#e5e7eb", "#d62728", "#ff7f0e", "#2ca02c")
 MASKING_NAMES = ("not a target", "target → [MASK]", "target → random", "target, kept")
@@ -95,14 +101,14 @@ def plot_mask_strip(tokens, masked_tokens, decisions, *, title: str | None = Non
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.patches import Patch, Rectangle  # lazy: see the module docstring
 
     decisions = [int(d) for d in decisions]
     if not len(tokens) == len(masked_tokens) == len(decisions):
         raise ValueError(f"plot_mask_strip: got {len(tokens)} tokens, {len(masked_tokens)} masked "
                          f"tokens and {len(decisions)} decisions; pass one of each per position")
     lines = max(1, -(-len(tokens) // per_line))
-    fig, ax = plt.subplots(figsize=(per_line * 0.95, 0.3 + 1.05 * lines))
+    fig, ax = _pyplot().subplots(figsize=(per_line * 0.95, 0.3 + 1.05 * lines))
     for i, (token, shown, decision) in enumerate(zip(tokens, masked_tokens, decisions,
                                                      strict=True)):
         x, y = i % per_line, -(i // per_line) * 1.05
@@ -140,8 +146,6 @@ def plot_masking_rates(decision_counts, *, mlm_probability: float = 0.15,
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    import numpy as np
-
     counts = np.asarray(decision_counts, dtype=float)
     if counts.ndim != 2 or counts.shape[1] != 4:
         raise ValueError(f"decision_counts has shape {counts.shape}; pass (samples, 4) counts of "
@@ -154,7 +158,7 @@ def plot_masking_rates(decision_counts, *, mlm_probability: float = 0.15,
     names = ["selected\n(of candidates)", "[MASK]\n(of targets)", "random\n(of targets)",
              "kept\n(of targets)"]
     colors = ["#6b7280", *MASKING_COLORS[1:]]
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = _pyplot().subplots(figsize=(7, 3.2))
     x = np.arange(4)
     ax.bar(x, shares.mean(axis=0), yerr=shares.std(axis=0), color=colors, capsize=4,
            label=f"measured (mean ± sd over {len(shares)} samples)")
@@ -170,8 +174,6 @@ def plot_masking_rates(decision_counts, *, mlm_probability: float = 0.15,
 
 
 # --- NSP data (notebooks/03_nsp_data.ipynb) ------------------------------------------------------
-
-
 def plot_nsp_lengths(examples, max_seq_len: int = 128):
     """Return a figure: histograms of len(A), len(B) and the total, plus how often truncation cut.
 
@@ -181,12 +183,11 @@ def plot_nsp_lengths(examples, max_seq_len: int = 128):
     b = [e.b_len for e in examples]
     total = [len(e.input_ids) for e in examples]
     cut = [e.tokens_dropped for e in examples if e.truncated]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.2))
-    bins = range(0, max_seq_len + 2, 4)
+    fig, axes = _pyplot().subplots(1, 4, figsize=(15, 3.2))
     for ax, values, title, color in ((axes[0], a, "len(A)", "tab:blue"),
                                      (axes[1], b, "len(B)", "tab:orange"),
                                      (axes[2], total, "[CLS] A [SEP] B [SEP]", "tab:green")):
-        ax.hist(values, bins=bins, color=color)
+        ax.hist(values, bins=range(0, max_seq_len + 2, 4), color=color)
         ax.set_title(title)
         ax.set_xlabel("tokens")
     axes[2].axvline(max_seq_len, color="black", linestyle="--", label=f"max_seq_len={max_seq_len}")
@@ -208,7 +209,7 @@ def plot_nsp_balance(label_shares: dict[str, float]):
     """
     names = list(label_shares)
     not_next = [label_shares[n] for n in names]
-    fig, ax = plt.subplots(figsize=(5, 3))
+    fig, ax = _pyplot().subplots(figsize=(5, 3))
     ax.bar(names, [1 - s for s in not_next], color="tab:blue", label="IsNext (label 0)")
     ax.bar(names, not_next, bottom=[1 - s for s in not_next], color="tab:orange",
            label="NotNext (label 1)")
@@ -223,23 +224,17 @@ def plot_nsp_balance(label_shares: dict[str, float]):
     return fig
 
 
-# --- encoder (notebooks/04_encoder.ipynb) --------------------------------------------------------
-
 # --- pretraining (notebooks/05_pretraining.ipynb) ------------------------------------------------
-
-
 def plot_lr_schedule(config, steps: int | None = None):
     """Return a Figure of the learning rate over the optimizer steps of `config` (a TrainConfig).
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    from bertlab.train import lr_at
-
     steps = steps or config.max_steps
     if not steps:
         raise ValueError("plot_lr_schedule needs a step count: set config.max_steps or pass steps")
     xs = list(range(steps))
-    fig, ax = plt.subplots(figsize=(6, 2.8))
+    fig, ax = _pyplot().subplots(figsize=(6, 2.8))
     ax.plot(xs, [lr_at(s, config) for s in xs])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("learning rate")
@@ -257,22 +252,22 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
     Taught in notebooks/05_pretraining.ipynb
     """
     steps = [row["step"] for row in history]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    fig, axes = _pyplot().subplots(1, 3, figsize=(12, 3.2))
+
+    def curve(ax, key: str, label: str) -> None:
+        ax.plot(steps, [row.get(key) for row in history], marker=".", label=label)
+
     train = [(row["step"], row["train_loss"]) for row in history if row.get("train_loss") is not None]
     if train:
         axes[0].plot(*zip(*train, strict=True), marker=".", label="train loss (MLM + NSP)")
-    axes[0].plot(steps, [row.get("val_mlm_loss") for row in history], marker=".",
-                 label="val MLM loss")
-    axes[0].plot(steps, [row.get("val_nsp_loss") for row in history], marker=".",
-                 label="val NSP loss")
+    curve(axes[0], "val_mlm_loss", "val MLM loss")
+    curve(axes[0], "val_nsp_loss", "val NSP loss")
     axes[0].set_title("loss")
-    axes[1].plot(steps, [row.get("val_mlm_accuracy") for row in history], marker=".",
-                 label="val MLM accuracy")
+    curve(axes[1], "val_mlm_accuracy", "val MLM accuracy")
     if baseline is not None:
         axes[1].axhline(baseline, linestyle="--", color="gray", label="unigram baseline")
     axes[1].set_title("masked-token accuracy")
-    axes[2].plot(steps, [row.get("val_nsp_accuracy") for row in history], marker=".",
-                 label="val NSP accuracy")
+    curve(axes[2], "val_nsp_accuracy", "val NSP accuracy")
     axes[2].axhline(0.5, linestyle="--", color="gray", label="chance")
     axes[2].set_title("next-sentence accuracy")
     for ax in axes:
@@ -283,8 +278,6 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
 
 
 # --- [CLS] and downstream (notebooks/06_cls_and_downstream.ipynb) --------------------------------
-
-
 def plot_cls_gradient_path():
     """Return a diagram of where [CLS] sits and which losses send gradient into its vector.
 
@@ -294,9 +287,9 @@ def plot_cls_gradient_path():
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # lazy: module docstring
 
-    fig, ax = plt.subplots(figsize=(11, 5.2))
+    fig, ax = _pyplot().subplots(figsize=(11, 5.2))
     ax.set_xlim(0, 12.0)
     ax.set_ylim(0, 6.4)
     ax.axis("off")
@@ -317,23 +310,20 @@ def plot_cls_gradient_path():
         arrow((x, 0.78), (x, 1.35))
     box((xs[0] + xs[-1]) / 2, 1.95, xs[-1] - xs[0] + 1.2, 1.1, "encoder: every position attends to every other (L layers)",
         "#dbe8f5")
-    for x in xs:
-        arrow((x, 2.55), (x, 3.05))
     for i, x in enumerate(xs):
+        arrow((x, 2.55), (x, 3.05))
         box(x, 3.3, 1.05, 0.45, "h[CLS]" if i == 0 else f"h{i}", "#fde2c4" if i == 0 else "#f4f4f4", 9)
-    # [CLS] -> pooler -> NSP head -> loss
+    # [CLS] -> pooler -> NSP head -> NSP loss; the masked position -> MLM head -> MLM loss
     c = xs[0]
-    box(c, 4.35, 1.5, 0.5, "pooler: tanh(W h)", "#fff3b0", 9)
-    box(c, 5.2, 1.5, 0.5, "NSP head (2-way)", "#fff3b0", 9)
-    box(c, 6.0, 2.1, 0.5, "NSP loss: IsNext / NotNext", "#f8c4c4", 9)
-    arrow((c, 3.55), (c, 4.08))
-    arrow((c, 4.62), (c, 4.93))
-    arrow((c, 5.47), (c, 5.73))
-    # masked position -> MLM head -> loss
-    box(xs[2], 4.35, 1.6, 0.5, "MLM head (tied)", "#d7f0d0", 9)
-    box(xs[2], 5.2, 2.2, 0.5, "MLM loss: predict 'stock'", "#f8c4c4", 9)
-    arrow((xs[2], 3.55), (xs[2], 4.08))
-    arrow((xs[2], 4.62), (xs[2], 4.93))
+    for x, y, w, text, color in ((c, 4.35, 1.5, "pooler: tanh(W h)", "#fff3b0"),
+                                 (c, 5.2, 1.5, "NSP head (2-way)", "#fff3b0"),
+                                 (c, 6.0, 2.1, "NSP loss: IsNext / NotNext", "#f8c4c4"),
+                                 (xs[2], 4.35, 1.6, "MLM head (tied)", "#d7f0d0"),
+                                 (xs[2], 5.2, 2.2, "MLM loss: predict 'stock'", "#f8c4c4")):
+        box(x, y, w, 0.5, text, color, 9)
+    for x, y0, y1 in ((c, 3.55, 4.08), (c, 4.62, 4.93), (c, 5.47, 5.73), (xs[2], 3.55, 4.08),
+                      (xs[2], 4.62, 4.93)):
+        arrow((x, y0), (x, y1))
     # gradients
     red = "#c0392b"
     arrow((c - 0.9, 5.75), (c - 0.56, 3.35), color=red, ls="--", lw=2, rad=0.25)
@@ -349,34 +339,26 @@ def plot_cls_gradient_path():
     return fig
 
 
-def _pca_2d(x):
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    x = x - x.mean(0)
-    _, _, vt = np.linalg.svd(x, full_matrices=False)  # rows of vt: principal directions
-    return x @ vt[:2].T  # (N, d) -> (N, 2)
-
-
 def plot_cls_pca(features: dict, labels, label_names=None):
     """Return one scatter per stage: the 2-D PCA of [CLS] vectors, coloured by label.
 
     `features` maps a stage name ("random init", "MLM + NSP", ...) to an (N, d) array of
-    vectors (`bertlab.finetune.cls_features`); `labels` holds the N labels.
+    vectors (`bertlab.downstream.cls_features`); `labels` holds the N labels.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    import numpy as np
-
     labels = list(labels)
     names = sorted(set(labels)) if label_names is None else list(label_names)
-    colors = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(features), figsize=(4.2 * len(features), 3.9), squeeze=False)
+    colors = _pyplot().get_cmap("tab10")
+    fig, axes = _pyplot().subplots(1, len(features), figsize=(4.2 * len(features), 3.9), squeeze=False)
     for ax, (stage, x) in zip(axes[0], features.items(), strict=True):
         if len(x) != len(labels):
             raise ValueError(f"plot_cls_pca: stage {stage!r} has {len(x)} vectors for "
                              f"{len(labels)} labels")
-        xy = _pca_2d(x)
+        x = np.asarray(x, dtype=np.float64)
+        x = x - x.mean(0)
+        _, _, vt = np.linalg.svd(x, full_matrices=False)  # rows of vt: principal directions
+        xy = x @ vt[:2].T  # (N, d) -> (N, 2)
         for i, name in enumerate(names):
             keep = np.array([y == name for y in labels])
             ax.scatter(xy[keep, 0], xy[keep, 1], s=8, alpha=0.6, color=colors(i), label=name)
@@ -394,10 +376,8 @@ def plot_confusion(confusion, label_names, title: str = "confusion matrix"):
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    import numpy as np
-
     m = np.asarray(confusion)
-    fig, ax = plt.subplots(figsize=(5.2, 4.4))
+    fig, ax = _pyplot().subplots(figsize=(5.2, 4.4))
     ax.imshow(m, cmap="Blues")
     ax.set_xticks(range(len(label_names)), label_names, rotation=35, ha="right")
     ax.set_yticks(range(len(label_names)), label_names)
@@ -420,7 +400,7 @@ def plot_low_label_curves(rows, num_classes: int):
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = _pyplot().subplots(figsize=(6.4, 4))
     for method in dict.fromkeys(r["method"] for r in rows):
         points = sorted(
             (r["k_per_class"] or r["num_train"] / num_classes, 100 * r["accuracy_mean"],
@@ -435,43 +415,37 @@ def plot_low_label_curves(rows, num_classes: int):
     fig.tight_layout()
     return fig
 
+
 # --- ablations (notebooks/07_ablations_and_insights.ipynb) ---------------------------------------
-
-
 def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics,
                            baseline: str, z: float = 2.0):
     """Return a two-panel figure: each variant's change from `baseline`, ours (left) and the paper's.
 
-    `rows` are `bertlab.experiments.summarize_records` rows; our bars are mean differences in
+    `rows` are `bertlab.ablations.summarize_records` rows; our bars are mean differences in
     points with error bars of z standard errors of the difference (seed noise), so a bar whose
     error bar crosses zero is within noise. `paper` maps variant name -> {metric: value}.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
-    import math
-
-    import numpy as np
-
     mine = {r["name"]: r for r in rows if r["group"] == group}
     names = [n for n in paper if n in mine and n != baseline]
-    fig, (ax_ours, ax_paper) = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.8 / max(1, len(metrics))
+    fig, (ax_ours, ax_paper) = _pyplot().subplots(1, 2, figsize=(11, 4))
     x = np.arange(len(names))
     base = mine[baseline]
+
+    def bars(ax, k: int, count: int, values: list[float], **kwargs) -> None:
+        width = 0.8 / count  # the k-th of `count` bars side by side at each variant
+        ax.bar(x + (k - (count - 1) / 2) * width, values, width, **kwargs)
+
     for k, metric in enumerate(metrics):
-        diffs, errors = [], []
-        for n in names:
-            r = mine[n]
-            diffs.append(100 * (r[f"{metric}_mean"] - base[f"{metric}_mean"]))
-            se = math.sqrt(r[f"{metric}_std"] ** 2 / len(r["seeds"])
-                           + base[f"{metric}_std"] ** 2 / len(base["seeds"]))
-            errors.append(100 * z * se)
-        ax_ours.bar(x + (k - (len(metrics) - 1) / 2) * width, diffs, width, yerr=errors,
-                    capsize=3, label=metric)
+        diffs = [100 * (mine[n][f"{metric}_mean"] - base[f"{metric}_mean"]) for n in names]
+        errors = [100 * z * math.sqrt(mine[n][f"{metric}_std"] ** 2 / len(mine[n]["seeds"])
+                                      + base[f"{metric}_std"] ** 2 / len(base["seeds"]))
+                  for n in names]  # z standard errors of the difference
+        bars(ax_ours, k, len(metrics), diffs, yerr=errors, capsize=3, label=metric)
     for k, metric in enumerate(paper_metrics):
-        diffs = [paper[n][metric] - paper[baseline][metric] for n in names]
-        ax_paper.bar(x + (k - (len(paper_metrics) - 1) / 2) * (0.8 / len(paper_metrics)), diffs,
-                     0.8 / len(paper_metrics), label=metric)
+        bars(ax_paper, k, len(paper_metrics),
+             [paper[n][metric] - paper[baseline][metric] for n in names], label=metric)
     for ax, title in ((ax_ours, f"ours (±{z:g} standard errors over seeds)"),
                       (ax_paper, "paper (dev sets, one run each)")):
         ax.axhline(0, color="black", linewidth=0.8)
@@ -488,17 +462,15 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
 def plot_ablation_curves(records, groups, baseline: float | None = None):
     """Return one panel per group: held-out MLM accuracy against step, one line per variant.
 
-    `records` are `bertlab.experiments` cell records whose metrics hold a `curve` (step,
+    `records` are `bertlab.ablations` cell records whose metrics hold a `curve` (step,
     mlm_accuracy); a variant's line is the mean over its seeds, with the seeds' range shaded.
     `baseline` (e.g. the unigram guess) is drawn as a dashed line: while the curves sit on it,
     the models predict frequent words, not words in context.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
-    import numpy as np
-
     groups = list(groups)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
     for ax, group in zip(axes[0], groups, strict=True):
         curves: dict[str, list] = {}
         for r in records:

@@ -1,25 +1,27 @@
-"""ipywidgets explorers used by the notebooks. Nothing here runs on import.
+"""ipywidgets explorers and HTML strips used by the notebooks. Nothing here runs on import.
 
-Each section belongs to one lesson; functions return a widget to display.
+Each section belongs to one lesson; functions return a widget or HTML to display. The HTML is
+rendered by the browser, so any script shows (Chinese characters included).
 """
 
 from __future__ import annotations
 
+import html
+
+import ipywidgets as widgets
+import torch
+
+from bertlab.masking import Decision, mask_tokens
+from bertlab.nsp import IS_NEXT, NOT_NEXT
+from bertlab.viz import MASKING_COLORS
+
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
-
-# Colours per bertlab.masking.Decision: not a target, [MASK], random, kept (as in bertlab.viz).
-_MASKING_COLORS = ("#e5e7eb", "#d62728", "#ff7f0e", "#2ca02c")
-
 
 def mask_strip_html(tokens, masked_tokens, decisions) -> str:
     """Return HTML for one masked sequence: what the model reads, coloured by decision, label below.
 
-    Rendered by the browser, so any script works (Chinese characters included).
-
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    import html
-
     cells = []
     for token, shown, decision in zip(tokens, masked_tokens, decisions, strict=True):
         decision = int(decision)
@@ -27,14 +29,14 @@ def mask_strip_html(tokens, masked_tokens, decisions) -> str:
         label = html.escape(str(token)) if decision else '<span style="color:#9ca3af">-100</span>'
         cells.append(
             f'<span style="display:inline-block;text-align:center;margin:1px;padding:1px 4px;'
-            f'background:{_MASKING_COLORS[decision]};color:{color};font-family:monospace">'
+            f'background:{MASKING_COLORS[decision]};color:{color};font-family:monospace">'
             f'{html.escape(str(shown))}<br><span style="color:#111;background:white;font-size:80%">'
             f"{label}</span></span>"
         )
     legend = " ".join(
         f'<span style="background:{c};color:{"white" if i in (1, 3) else "black"};padding:0 4px">'
         f"{name}</span>"
-        for i, (c, name) in enumerate(zip(_MASKING_COLORS, ("not a target", "→ [MASK]",
+        for i, (c, name) in enumerate(zip(MASKING_COLORS, ("not a target", "→ [MASK]",
                                                              "→ random", "kept"), strict=True))
     )
     return f'<div style="line-height:1.2">{"".join(cells)}</div><div>{legend}</div>'
@@ -49,11 +51,6 @@ def masking_explorer(tokenizer, sentences, *, seed: int = 0):
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    import ipywidgets as widgets
-    import torch
-
-    from bertlab.masking import Decision, mask_tokens
-
     if not sentences:
         raise ValueError("masking_explorer: sentences is empty; pass at least one sentence")
     style = {"description_width": "150px"}
@@ -110,10 +107,6 @@ def nsp_pair_html(example, tokenizer, max_tokens: int | None = None) -> str:
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
-    import html
-
-    from bertlab.nsp import IS_NEXT
-
     ids = list(example.input_ids)
     types = example.token_type_ids
     if max_tokens is not None and len(ids) > max_tokens:
@@ -143,10 +136,6 @@ def nsp_explorer(examples, tokenizer):
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
-    import ipywidgets as widgets
-
-    from bertlab.nsp import IS_NEXT, NOT_NEXT
-
     chooser = widgets.ToggleButtons(options=["all", "IsNext", "NotNext", "truncated"],
                                     description="show")
     index = widgets.IntSlider(min=0, max=max(0, len(examples) - 1), description="example")
@@ -177,9 +166,6 @@ def nsp_explorer(examples, tokenizer):
     return widgets.VBox([chooser, index, view])
 
 
-# --- encoder (notebooks/04_encoder.ipynb) --------------------------------------------------------
-
-
 # --- Chinese BERT (notebooks/08_chinese_bert.ipynb) ----------------------------------------------
 
 _WORD_COLORS = ("#dbeafe", "#fde68a")  # consecutive words alternate blue / yellow
@@ -189,13 +175,11 @@ def word_strip_html(tokens, word_ids) -> str:
     """Return HTML for a tokenized sentence grouped into words: one box per word, its id below.
 
     `word_ids` holds one word index per token (None or -1 for [CLS], [SEP] and padding, shown
-    grey), e.g. from `bertlab.tokenizer.chinese_word_ids`. Rendered by the browser, so Chinese
-    characters show without a CJK font for matplotlib.
+    grey), e.g. from `bertlab.tokenizer.chinese_word_ids`. Chinese characters show without a
+    CJK font for matplotlib.
 
     Taught in notebooks/08_chinese_bert.ipynb.
     """
-    import html
-
     if len(tokens) != len(word_ids):
         raise ValueError(f"word_strip_html: {len(tokens)} tokens but {len(word_ids)} word ids; "
                          f"pass one word id (or None) per token")

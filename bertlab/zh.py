@@ -12,8 +12,9 @@ The glue between that segmentation and the pretraining pipeline:
 * `segment_corpus`: token ids per sentence (what `create_nsp_examples` takes) plus one word
   index per token, from the same encodings;
 * `nsp_word_ids`: the word ids of one NSP example, [CLS] A [SEP] B [SEP], truncation included;
-* `SegmentedNspDataset` + `SegmentedCollator` (`segmented_loader` builds both): batches masked
-  word by word, or character by character with the same data and seeds for a fair comparison;
+* `bertlab.data.pretraining_loader(examples, tok, split=None, word_ids=..., whole_word=...)`
+  then masks by these words, or character by character with the same data and seeds for a fair
+  comparison;
 * `whole_word_counts` / `whole_word_scores`: the whole-word masked-LM accuracy.
 
 Taught in notebooks/08_chinese_bert.ipynb.
@@ -25,16 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.corpus import Document
-from bertlab.data import EpochShuffleSampler, NspDataset, PretrainingCollator, PretrainingLoader
-from bertlab.masking import IGNORE_INDEX, mask_tokens
+from bertlab.document import Document
+from bertlab.model import IGNORE_INDEX
 from bertlab.nsp import NspExample, TokenizedCorpus
-from bertlab.tokenizer import chinese_word_ids, special_ids
+from bertlab.tokenizer import chinese_word_ids
 
 # --------------------------------------------------------------------------------------------
 # Word ids for the corpus and for NSP examples
@@ -145,100 +144,6 @@ def nsp_word_ids(example: NspExample, corpus: SegmentedCorpus) -> list[int | Non
 
 
 # --------------------------------------------------------------------------------------------
-# Dataset, collate and loader
-
-
-class SegmentedNspDataset(NspDataset):
-    """Return the items of `NspDataset` plus "word_ids" (an int64 array, -1 at specials).
-
-    `word_ids[i]` belongs to `examples[i]` (from `nsp_word_ids`).
-
-    Taught in notebooks/08_chinese_bert.ipynb.
-    """
-
-    def __init__(self, examples: Sequence[NspExample], word_ids: Sequence[Sequence[int | None]],
-                 *, seed: int = 0, masking: str = "dynamic", dupe_factor: int = 1) -> None:
-        super().__init__(examples, seed=seed, masking=masking, dupe_factor=dupe_factor)
-        if len(word_ids) != len(self.examples):
-            raise ValueError(f"SegmentedNspDataset: {len(self.examples)} examples but "
-                             f"{len(word_ids)} word-id lists; pass one list per example")
-        self.word_ids = []
-        for ex, ids in zip(self.examples, word_ids, strict=True):
-            if len(ids) != len(ex.input_ids):
-                raise ValueError(f"SegmentedNspDataset: an example from {ex.doc_id!r} has "
-                                 f"{len(ex.input_ids)} tokens but {len(ids)} word ids; build "
-                                 f"them with nsp_word_ids(example, corpus)")
-            self.word_ids.append(np.array([-1 if w is None else w for w in ids], dtype=np.int64))
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        item = super().__getitem__(index)
-        item["word_ids"] = self.word_ids[index]
-        return item
-
-
-class SegmentedCollator:
-    """Pads like `PretrainingCollator`, then masks with the items' own word ids.
-
-    `whole_word=True`: every character of a selected word is a target (whole-word masking);
-    `False`: characters are selected one by one (character masking), from the same row seeds,
-    so two loaders that differ only in this flag see the same examples in the same order.
-    `mask_options` go to `mask_tokens` (mlm_probability, mask_replace_prob, selection, ...).
-    `return_word_ids=True` adds "word_ids" (B, T) to the batch, for `whole_word_scores`; the
-    model does not take it, so leave it off for training.
-
-    Taught in notebooks/08_chinese_bert.ipynb.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, *, whole_word: bool = True,
-                 return_word_ids: bool = False, pad_to_multiple_of: int | None = None,
-                 **mask_options: Any) -> None:
-        # The bertlab collator pads and builds the masks of attention and segments; asked to
-        # mask nothing, it leaves the masking to us.
-        self.pad = PretrainingCollator(tokenizer, mlm_probability=0.0,
-                                       pad_to_multiple_of=pad_to_multiple_of)
-        self.special = special_ids(tokenizer)
-        self.whole_word, self.return_word_ids = whole_word, return_word_ids
-        self.mask_options = mask_options
-        mask_tokens(torch.tensor([self.special.cls, self.special.sep]), self.special,
-                    row_seeds=torch.zeros(1, dtype=torch.int64), **mask_options)  # check once
-
-    def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        if any("word_ids" not in item for item in items):
-            raise ValueError("SegmentedCollator: items need 'word_ids'; use SegmentedNspDataset")
-        batch = self.pad(items)  # labels are all -100 here: nothing is masked yet
-        word_ids = torch.full_like(batch["input_ids"], -1)  # (B, T), -1 on specials and padding
-        for row, item in enumerate(items):
-            word_ids[row, : len(item["word_ids"])] = torch.from_numpy(item["word_ids"])
-        masked, labels = mask_tokens(
-            batch["input_ids"], self.special, attention_mask=batch["attention_mask"],
-            row_seeds=torch.tensor([item["row_seed"] for item in items], dtype=torch.int64),
-            word_ids=word_ids if self.whole_word else None, **self.mask_options,
-        )
-        batch.update(input_ids=masked, labels=labels)
-        if self.return_word_ids:
-            batch["word_ids"] = word_ids
-        return batch
-
-
-def segmented_loader(examples: Sequence[NspExample], word_ids: Sequence[Sequence[int | None]],
-                     tokenizer: Tokenizer, *, whole_word: bool = True, batch_size: int = 32,
-                     seed: int = 0, shuffle: bool = True, masking: str = "dynamic",
-                     return_word_ids: bool = False, **mask_options: Any) -> PretrainingLoader:
-    """Return a pretraining loader over NSP examples masked by words (or by characters).
-
-    The same loader as `bertlab.pretraining_loader` (each pass is a new epoch: new masks when
-    `masking="dynamic"`, a new order when `shuffle`), with `SegmentedCollator` as its collate.
-
-    Taught in notebooks/08_chinese_bert.ipynb.
-    """
-    dataset = SegmentedNspDataset(examples, word_ids, seed=seed, masking=masking)
-    collate = SegmentedCollator(tokenizer, whole_word=whole_word,
-                                return_word_ids=return_word_ids, **mask_options)
-    sampler = EpochShuffleSampler(len(dataset), seed) if shuffle else None
-    return PretrainingLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate)
-
-
-# --------------------------------------------------------------------------------------------
 # Whole-word masked-LM accuracy
 
 
@@ -297,7 +202,7 @@ def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = N
                 break
             if "word_ids" not in batch:
                 raise ValueError("whole_word_scores: batches need 'word_ids'; build the loader "
-                                 "with segmented_loader(..., return_word_ids=True)")
+                                 "with pretraining_loader(..., word_ids=..., return_word_ids=True)")
             labels = batch["labels"]
             out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                         batch["token_type_ids"].to(device), labels=labels.to(device))

@@ -22,11 +22,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import bertlab.checkpoint as checkpoint_mod
+import bertlab.pretraining as pretraining_mod
+from bertlab.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
 from bertlab.cli import COMMANDS, main
 from bertlab.corpus import load_corpus
 from bertlab.hf import load_hf, save_hf
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
-from bertlab.train import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -461,13 +463,11 @@ def test_kill_9_five_times_leaves_loadable_checkpoints_and_an_exact_run(world, s
 
 def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_path, capsys,
                                                                    monkeypatch):
-    import bertlab.train as train_mod
-
     out = tmp_path / "run"
     assert main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "4",
                  "--checkpoint-interval", "2", *SMALL]) == 0
     capsys.readouterr()
-    real = train_mod._write_checkpoint_files
+    real = checkpoint_mod._write_checkpoint_files
     state = {"calls": 0}
 
     def ctrl_c_twice(tmp, *args):
@@ -480,8 +480,8 @@ def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_p
     def first_interrupt_then_save(model, batch, totals):
         ctrl_c_twice(None)
 
-    monkeypatch.setattr(train_mod, "_write_checkpoint_files", ctrl_c_twice)
-    monkeypatch.setattr(train_mod, "pretraining_loss", first_interrupt_then_save)
+    monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files", ctrl_c_twice)
+    monkeypatch.setattr(pretraining_mod, "pretraining_loss", first_interrupt_then_save)
     before = _assert_every_checkpoint_loads(out)
     code = main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "8",
                  "--checkpoint-interval", "2", "--resume", *SMALL])
@@ -547,7 +547,7 @@ PY
 {common} --out {disk}/run --max-steps 30 --resume > /dev/null 2> {tmp_path}/err.txt
 echo "second=$?"
 {sys.executable} -c "
-from bertlab.train import list_checkpoints, load_run
+from bertlab.checkpoint import list_checkpoints, load_run
 for path in list_checkpoints('{disk}/run'):
     load_run('{disk}/run', checkpoint=path); print('loads', path.name)
 import os; print('entries', sorted(os.listdir('{disk}/run/checkpoints')))"

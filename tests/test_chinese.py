@@ -9,7 +9,8 @@ import sys
 import pytest
 
 import bertlab.corpus as corpus
-from bertlab.corpus import Document, load_corpus, split_documents
+from bertlab.corpus import load_corpus
+from bertlab.document import Document, split_documents
 from bertlab.tokenizer import chinese_word_ids, train_tokenizer
 
 

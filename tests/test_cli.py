@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 
 from bertlab import cli
 from bertlab.cli import build_parser, main
 from bertlab.corpus import load_corpus
+from bertlab.train import TrainConfig
 
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
          "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
@@ -37,10 +39,6 @@ def test_help_lists_every_subcommand():
 
 
 def test_pretrain_has_a_flag_for_every_train_config_field():
-    from dataclasses import fields
-
-    from bertlab.train import TrainConfig
-
     help_text = build_parser()._subparsers._group_actions[0].choices["pretrain"].format_help()
     for f in fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in help_text
@@ -136,7 +134,7 @@ def test_a_run_that_never_saved_a_checkpoint_can_be_started_again(corpus, tmp_pa
 
 def test_demo_may_reuse_its_own_folder(tmp_path, monkeypatch):
     ran = []
-    monkeypatch.setattr(cli, "_run_demo", lambda args, out: ran.append(out) or 0)
+    monkeypatch.setattr(cli, "run_demo", lambda out, **settings: ran.append(out))
     out = tmp_path / "demo"
     (out / "run").mkdir(parents=True)
     (out / "curves.png").write_bytes(b"png")
@@ -150,7 +148,6 @@ def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
     assert main(["export-hf", str(tmp_path), str(tmp_path / "hf")]) == 2
     assert "has no checkpoint" in capsys.readouterr().err
-
 
 
 def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsys):

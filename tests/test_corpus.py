@@ -1,25 +1,23 @@
-"""Corpus loading, sentence splitting, splits and bad input (bertlab/corpus.py)."""
+"""Corpus loading, sentence splitting, splits and bad input (corpus, document, sentences, textfiles)."""
 
 from __future__ import annotations
 
 import collections
+import json
 import re
 import subprocess
 import sys
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertlab.corpus import (
-    CORPORA,
-    Document,
-    corpus_stats,
-    load_corpus,
-    split_documents,
-    split_of,
-    split_sentences,
-)
+from bertlab import textfiles
+from bertlab.corpus import CORPORA, corpus_stats, iter_corpus, load_corpus
+from bertlab.document import Document, split_documents, split_of
+from bertlab.sentences import split_sentences
+from bertlab.textfiles import MAX_DOC_CHARS, MAX_LINE_CHARS
 
 
 @pytest.fixture(scope="module")
@@ -250,8 +248,6 @@ def test_bad_errors_argument():
 
 
 def test_iter_corpus_streams_same_documents_as_load_corpus(tmp_path):
-    from bertlab.corpus import iter_corpus
-
     path = tmp_path / "bert_format.txt"
     path.write_text("\n\nFirst one.\nSecond one.\n\n\n\nThird one.\n\nFourth.\nFifth.\n", encoding="utf-8")
     streamed = list(iter_corpus(path))
@@ -280,8 +276,6 @@ def numbered_sentences(n: int, start: int = 0) -> list[str]:
 
 
 def test_long_bert_format_line_is_cut_into_sentences_and_nothing_is_dropped(tmp_path):
-    from bertlab.corpus import MAX_DOC_CHARS, MAX_LINE_CHARS, iter_corpus
-
     # One line (no newline at all) of 1.2 million characters: beyond both budgets.
     sentences = numbered_sentences(20_000)
     path = tmp_path / "dump.txt"
@@ -299,8 +293,6 @@ def test_long_bert_format_line_is_cut_into_sentences_and_nothing_is_dropped(tmp_
 
 
 def test_long_line_without_spaces_is_cut_at_the_budget(tmp_path):
-    from bertlab.corpus import MAX_LINE_CHARS
-
     path = tmp_path / "blob.txt"
     path.write_text("Short first line.\n" + "x" * (3 * MAX_LINE_CHARS + 5) + "\n", encoding="utf-8")
     with pytest.warns(UserWarning, match="1 line"):
@@ -310,8 +302,6 @@ def test_long_line_without_spaces_is_cut_at_the_budget(tmp_path):
 
 
 def test_huge_folder_file_becomes_bounded_documents_in_one_split(tmp_path):
-    from bertlab.corpus import MAX_DOC_CHARS, MAX_LINE_CHARS, iter_corpus
-
     paragraphs = [" ".join(numbered_sentences(8, start=8 * i)) for i in range(6_000)]
     paragraphs[10] = "a paragraph that continues the one before, in lower case."
     text = "\r\n\r\n".join(paragraphs)  # Windows line ends, 2.9 million characters
@@ -331,8 +321,6 @@ def test_huge_folder_file_becomes_bounded_documents_in_one_split(tmp_path):
 
 
 def test_folder_file_over_the_byte_budget_that_fits_stays_one_document(tmp_path):
-    from bertlab.corpus import MAX_DOC_CHARS, iter_corpus
-
     # 400,000 Chinese characters are 1.2 MB of UTF-8: streamed, but one document as before.
     text = "\n".join("我们今天在北京开会。" * 40 for _ in range(1_000))
     path = tmp_path / "zh.txt"
@@ -343,15 +331,11 @@ def test_folder_file_over_the_byte_budget_that_fits_stays_one_document(tmp_path)
 
 
 def test_reading_a_long_line_holds_a_bounded_amount_of_memory(tmp_path, monkeypatch):
-    import tracemalloc
-
-    from bertlab import corpus
-
     # Small budgets make the bound visible on a small file: 4 MB in one line must be read while
     # holding a few blocks and one document, not the whole line.
-    monkeypatch.setattr(corpus, "_BLOCK_BYTES", 1 << 16)
-    monkeypatch.setattr(corpus, "MAX_LINE_CHARS", 2_000)
-    monkeypatch.setattr(corpus, "MAX_DOC_CHARS", 20_000)
+    monkeypatch.setattr(textfiles, "_BLOCK_BYTES", 1 << 16)
+    monkeypatch.setattr(textfiles, "MAX_LINE_CHARS", 2_000)
+    monkeypatch.setattr(textfiles, "MAX_DOC_CHARS", 20_000)
     path = tmp_path / "line.txt"
     path.write_text(" ".join(numbered_sentences(70_000)), encoding="utf-8")
     size = path.stat().st_size
@@ -359,7 +343,7 @@ def test_reading_a_long_line_holds_a_bounded_amount_of_memory(tmp_path, monkeypa
     tracemalloc.start()
     try:
         with pytest.warns(UserWarning, match="1 line"):
-            chars = sum(len(s) + 1 for doc in corpus.iter_corpus(path) for s in doc.sentences)
+            chars = sum(len(s) + 1 for doc in iter_corpus(path) for s in doc.sentences)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -368,8 +352,6 @@ def test_reading_a_long_line_holds_a_bounded_amount_of_memory(tmp_path, monkeypa
 
 
 def test_empty_corpus_source_is_an_error_not_the_current_folder():
-    from bertlab.corpus import iter_corpus
-
     for source in ("", "   "):
         with pytest.raises(ValueError, match=r"corpus '\s*' is empty; pass a corpus name"):
             iter_corpus(source)  # raised at the call, before any iteration
@@ -378,10 +360,6 @@ def test_empty_corpus_source_is_an_error_not_the_current_folder():
 
 
 def test_bertlab_output_inside_a_corpus_folder_is_not_read_as_text(tmp_path):
-    import json
-
-    from bertlab.corpus import iter_corpus
-
     (tmp_path / "news").mkdir()
     (tmp_path / "news" / "a.txt").write_text("Real text. Two sentences.", encoding="utf-8")
     shards = tmp_path / "shards" / "train"

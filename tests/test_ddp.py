@@ -13,6 +13,15 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from bertlab.corpus import load_corpus
+from bertlab.data import ShardedEpochSampler, pretraining_loader
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.nsp import create_nsp_examples
+from bertlab.pretraining import pretrain
+from bertlab.tokenizer import train_tokenizer
+from bertlab.train import TrainConfig
 
 GLOBAL_BATCH = 8
 STEPS = 6
@@ -25,10 +34,6 @@ def _free_port() -> int:
 
 
 def _data():
-    from bertlab.corpus import load_corpus
-    from bertlab.nsp import create_nsp_examples
-    from bertlab.tokenizer import train_tokenizer
-
     docs = load_corpus("bbc")
     tok = train_tokenizer(docs[:200], vocab_size=500)
     return tok, list(create_nsp_examples(docs[:40], tok, max_seq_len=64, seed=0))
@@ -36,10 +41,6 @@ def _data():
 
 def _run(rank: int, world: int, out: str, tok, examples) -> list[float]:
     """Train a tiny model for STEPS steps on `world` processes; return rank's step losses."""
-    from bertlab.data import ShardedEpochSampler, pretraining_loader
-    from bertlab.model import BertConfig, BertForPreTraining
-    from bertlab.train import TrainConfig, pretrain
-
     torch.set_num_threads(1)
 
     # One process uses the loader's default order; the ranks split that same order (what
@@ -81,8 +82,6 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert rank0 == pytest.approx(single, abs=1e-5)
     assert single[-1] < single[0]
     # Only rank 0 wrote checkpoints, and they hold both ranks' dropout streams.
-    from safetensors.torch import load_file
-
     last = tmp_path / "world2" / "checkpoints" / f"step-{STEPS:08d}"
     rng = load_file(str(last / "rng.safetensors"))
     assert sorted(rng) == ["rank0.torch_cpu", "rank1.torch_cpu"]
@@ -91,8 +90,6 @@ def test_two_gloo_processes_match_one_process(tmp_path):
 def test_torchrun_cli_runs_two_processes(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    from bertlab.corpus import load_corpus
-
     for i, doc in enumerate(load_corpus("bbc")[:40]):
         (corpus / f"doc{i:02d}.txt").write_text(doc.text)
     out = tmp_path / "run"

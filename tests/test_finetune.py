@@ -1,4 +1,5 @@
-"""Tests for bertlab.finetune: encoding, metrics, sampling, probes, baselines, fine-tuning, export."""
+"""Tests for bertlab.downstream and bertlab.finetune: encoding, metrics, sampling, probes,
+baselines, fine-tuning, export."""
 
 from __future__ import annotations
 
@@ -9,26 +10,30 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.corpus import Document
-from bertlab.finetune import (
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.document import Document
+from bertlab.downstream import (
     ClassificationResult,
-    FinetuneConfig,
     classification_metrics,
     cls_features,
     document_chunks,
     document_text,
-    finetune_classifier,
-    format_table,
-    from_scratch,
     linear_probe,
     load_task,
     pad_batch,
     sample_per_class,
-    summarize,
     tfidf_baseline,
 )
-from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.finetune import (
+    FinetuneConfig,
+    finetune_classifier,
+    format_table,
+    from_scratch,
+    summarize,
+)
+from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import special_ids, train_tokenizer
+from bertlab.train import TrainConfig
 
 TOPICS = {
     "sport": "goal match team coach league striker penalty season cup referee".split(),
@@ -174,8 +179,22 @@ def test_fine_tuning_copies_the_encoder_and_leaves_the_original(corpus, tok, sma
     assert result.model.bert.pooler.weight.data_ptr() != pre.bert.pooler.weight.data_ptr()
 
 
+def test_a_model_folder_fine_tunes_like_the_model_itself(corpus, tok, small_config, tmp_path):
+    from bertlab.hf import save_hf
+
+    pre = BertForPreTraining(small_config, generator=torch.Generator().manual_seed(1))
+    save_hf(pre, tok, tmp_path / "hf")
+    config = dataclasses.replace(FAST, min_steps=3, epochs=0.1)
+    from_folder = finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
+    from_model = finetune_classifier(pre, corpus, tokenizer=tok, config=config)
+    assert from_folder.details["init"] == "pretrained"
+    assert from_folder.predictions == from_model.predictions
+    assert from_folder.details["final_train_loss"] == from_model.details["final_train_loss"]
+    with pytest.raises(ValueError, match="neither a run folder"):
+        finetune_classifier(tmp_path, corpus, tokenizer=tok, config=config)
+
+
 def test_a_train_config_drives_the_loop_as_given(corpus, tok, small_config):
-    from bertlab.train import TrainConfig
 
     config = TrainConfig(max_steps=3, batch_size=8, lr=1e-3, checkpoint_interval=None,
                          progress=False, log_interval=0, device="cpu")

@@ -8,13 +8,10 @@ import warnings
 import pytest
 import torch
 
+from bertlab.classifier import BertForSequenceClassification
 from bertlab.hf import from_hf_state_dict, load_hf, load_hf_tokenizer, save_hf, to_hf_state_dict
-from bertlab.model import (
-    IGNORE_INDEX,
-    BertConfig,
-    BertForPreTraining,
-    BertForSequenceClassification,
-)
+from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -122,8 +119,6 @@ def test_classification_parity():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from bertlab.tokenizer import train_tokenizer
-
     return train_tokenizer(TEXTS, vocab_size=120, cache=False)
 
 

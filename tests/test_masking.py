@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
@@ -15,15 +16,19 @@ from scipy import stats
 from tokenizers import Tokenizer, models
 
 import bertlab as bl
+from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
-    IGNORE_INDEX,
     Decision,
-    example_seed,
+    check_mask_options,
     mask_tokens,
     mask_tokens_reference,
     word_ids_from_encoding,
+    wordpiece_word_ids,
 )
-from bertlab.tokenizer import SpecialIds
+from bertlab.model import IGNORE_INDEX
+from bertlab.tokenizer import SpecialIds, encode_sentences
+from bertlab.viz import plot_mask_strip, plot_masking_rates
+from bertlab.widgets import mask_strip_html, masking_explorer
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4, vocab_size=1000)
 # Hugging Face's vocab.txt layout: specials are not one block of ids.
@@ -331,6 +336,17 @@ def test_word_ids_from_encoding(bbc):
     assert word_ids_from_encoding([enc, enc]) == [words, words]
 
 
+def test_wordpiece_word_ids_on_strings_and_arrays():
+    tokens = ["[CLS]", "##a", "b", "##c", "[UNK]", "##d", "e", "[SEP]", "##f", "[PAD]"]
+    expected = [None, 0, 1, 1, None, 2, 3, None, 4, None]  # no word runs across a special token
+    assert wordpiece_word_ids(tokens) == expected
+    assert wordpiece_word_ids(["##a", "b"]) == [0, 1] and wordpiece_word_ids([]) == []
+    batch = wordpiece_word_ids(np.array([tokens, tokens[::-1]]))  # (2, T) -> (2, T), -1 = None
+    assert batch.dtype == np.int64 and batch.shape == (2, len(tokens))
+    assert batch[0].tolist() == [-1 if w is None else w for w in expected]
+    assert batch[1].tolist() == [-1 if w is None else w for w in wordpiece_word_ids(tokens[::-1])]
+
+
 # --- agreement with the reference loop and with transformers ---------------------------------------
 
 
@@ -387,7 +403,7 @@ def test_agrees_with_transformers_collator(bbc):
     examples = []  # [CLS] consecutive sentences [SEP], up to 128 tokens: pretraining-like rows
     for doc in docs[:700]:
         chunk: list[int] = []
-        for ids in bl.tokenizer.encode_sentences(tok, doc.sentences):
+        for ids in encode_sentences(tok, doc.sentences):
             if chunk and len(chunk) + len(ids) > 126:
                 examples.append([specials.cls, *chunk, specials.sep])
                 chunk = []
@@ -527,6 +543,12 @@ def test_reference_loop_rejects_bad_probabilities():
                               rng=random.Random(0))
 
 
+def test_check_mask_options():
+    assert check_mask_options(mlm_probability=1, mask_replace_prob=0) == (1.0, 0.0, 0.1)
+    with pytest.raises(ValueError, match="per_word_decision='yes'; pass True or False"):
+        check_mask_options(per_word_decision="yes")
+
+
 # --- edge cases --------------------------------------------------------------------------------------
 
 
@@ -553,10 +575,6 @@ def test_non_contiguous_input():
 
 
 def test_mask_strip_and_rates_figures():
-    import matplotlib.pyplot as plt
-
-    from bertlab.viz import plot_mask_strip, plot_masking_rates
-
     tokens = ["[CLS]", "the", "dollar", "fell", "[SEP]"]
     fig = plot_mask_strip(tokens, ["[CLS]", "[MASK]", "dollar", "cat", "[SEP]"],
                           [0, Decision.MASK, Decision.KEEP, Decision.RANDOM, 0])
@@ -574,8 +592,6 @@ def test_mask_strip_and_rates_figures():
 
 
 def test_mask_strip_html_and_explorer(bbc):
-    from bertlab.widgets import mask_strip_html, masking_explorer
-
     page = mask_strip_html(["我", "<b>"], ["[MASK]", "<b>"], [Decision.MASK, 0])
     assert "我" in page and "&lt;b&gt;" in page and "-100" in page
     docs, tok = bbc
@@ -592,11 +608,9 @@ def test_mask_strip_html_and_explorer(bbc):
 
 
 def test_numpy_and_tensor_hashes_agree():
-    from bertlab.masking import _Draws
-
     seeds = torch.tensor([0, 1, -5, 2**62, -(2**63), 2**63 - 1])
     cpu = torch.device("cpu")
-    fast, plain = (_Draws(None, seeds, cpu, use_numpy=flag) for flag in (True, False))
+    fast, plain = (Draws(None, seeds, cpu, use_numpy=flag) for flag in (True, False))
     for kind in range(4):
         assert torch.equal(fast.grid(kind, 6, 50), plain.grid(kind, 6, 50))
     flat = torch.tensor([0, 7, 49, 50, 123, 299])

@@ -1,20 +1,13 @@
-"""bertlab.model: config and presets, counts, shapes, masking, the sparse MLM head, bad input."""
+"""bertlab.model (+ sizes, classifier): presets, counts, shapes, masking, the sparse MLM head, the loss."""
 
 import json
 
 import pytest
 import torch
 
-from bertlab.model import (
-    IGNORE_INDEX,
-    BertConfig,
-    BertForPreTraining,
-    BertForSequenceClassification,
-    BertModel,
-    count_parameters,
-    flops_per_token,
-    parameter_table,
-)
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining, BertModel
+from bertlab.sizes import count_parameters, flops_per_token, parameter_table
 
 V = 97
 
@@ -213,6 +206,21 @@ def test_losses_present_only_with_their_labels():
     only_nsp = model(batch["input_ids"], next_sentence_label=batch["next_sentence_label"])
     assert only_nsp.mlm_loss is None and torch.equal(only_nsp.loss, only_nsp.nsp_loss)
     assert model(batch["input_ids"]).loss is None
+
+
+def test_loss_sums_and_counts_behind_the_mean_losses():
+    model = model_of().eval()
+    batch = make_batch()
+    out = model(**batch)
+    sums = out.loss_sums
+    assert int(sums["targets"]) == int((batch["labels"] != IGNORE_INDEX).sum())
+    assert int(sums["sequences"]) == 3
+    torch.testing.assert_close(out.mlm_loss, sums["mlm"] / sums["targets"], atol=0, rtol=0)
+    torch.testing.assert_close(out.nsp_loss, sums["nsp"] / sums["sequences"], atol=0, rtol=0)
+    full = model(**batch, full_mlm_logits=True).loss_sums  # same sums from the (B, T, V) logits
+    assert torch.equal(full["targets"], sums["targets"])
+    torch.testing.assert_close(full["mlm"], sums["mlm"], atol=1e-5, rtol=1e-6)
+    assert model(batch["input_ids"]).loss_sums is None
 
 
 @pytest.mark.parametrize("full", [False, True])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bertlab as bl
-from bertlab.corpus import Document
+from bertlab.document import Document
 from bertlab.nsp import (
     IS_NEXT,
     NOT_NEXT,

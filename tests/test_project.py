@@ -3,6 +3,7 @@ nbval's sanitizers are valid, and importing bertlab is silent and light."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import json
 import re
@@ -168,3 +169,114 @@ def test_import_is_silent_and_does_not_load_transformers():
     assert out.returncode == 0, out.stderr
     assert out.stdout == ""
     assert out.stderr == ""
+
+
+# --------------------------------------------------------------------------------------------
+# The package's shape: one concept per module, imports at the top, a small public surface
+
+PACKAGE = ROOT / "bertlab"
+MODULES = sorted(PACKAGE.glob("*.py"))
+MAX_MODULE_LINES = 500
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _bertlab_imports(node: ast.AST) -> list[str]:
+    """Return the bertlab modules an import statement names ("bertlab.model" -> "model")."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:  # a relative import: from . import x / from .x import y
+            names = [f"bertlab.{node.module}"] if node.module else [f"bertlab.{a.name}" for a in node.names]
+        else:
+            names = [node.module or ""]
+            if node.module == "bertlab":
+                names = [f"bertlab.{a.name}" for a in node.names]
+    else:
+        return []
+    return [n.split(".")[1] for n in names if n.startswith("bertlab.")]
+
+
+def test_public_surface_is_one_short_list():
+    import bertlab
+
+    assert isinstance(bertlab.__all__, list) and len(bertlab.__all__) == len(set(bertlab.__all__))
+    assert len(bertlab.__all__) <= 25, f"{len(bertlab.__all__)} public names; keep the top level short"
+    exported = {n for n, v in vars(bertlab).items()
+                if not n.startswith("_") and not isinstance(v, type(bertlab))}
+    assert exported == set(bertlab.__all__), (
+        f"__init__ defines names outside __all__: {sorted(exported - set(bertlab.__all__))}; "
+        f"listed but missing: {sorted(set(bertlab.__all__) - exported)}")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+def test_module_is_short(path):
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.name} has {lines} lines; split it by concept"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+def test_bertlab_imports_sit_at_the_top(path):
+    inner = []
+    for fn in ast.walk(_tree(path)):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            inner += [f"line {n.lineno}" for n in ast.walk(fn) if _bertlab_imports(n)]
+    assert not inner, f"{path.name} imports bertlab modules inside functions ({', '.join(inner)})"
+
+
+def test_modules_depend_without_cycles():
+    graph = {p.stem: {m for n in ast.walk(_tree(p)) for m in _bertlab_imports(n)} - {p.stem}
+             for p in MODULES}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join(path + (name,))}"
+        if name in done:
+            return
+        for dep in graph.get(name, ()):
+            visit(dep, path + (name,))
+        done.add(name)
+
+    for name in graph:
+        visit(name, ())
+
+
+def test_model_imports_only_torch():
+    allowed = set(sys.stdlib_module_names) | {"torch", "__future__"}
+    tree = _tree(PACKAGE / "model.py")
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {(n.module or ".").split(".")[0] or "." for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom)}
+    assert imported <= allowed, f"model.py imports {sorted(imported - allowed)}; keep it torch only"
+
+
+_STAMP = re.compile(r"Taught in ((?:notebooks/\d\d_\w+\.ipynb[ ,and]*)+)")
+
+
+def _stamps() -> list[tuple[str, str, str]]:
+    found = []
+    for path in MODULES:
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for match in _STAMP.finditer(ast.get_docstring(node) or ""):
+                    for nb in re.findall(r"notebooks/\d\d_\w+\.ipynb", match.group(1)):
+                        found.append((f"{path.stem}.{node.name}", node.name, nb))
+    return found
+
+
+def test_lesson_links_name_a_notebook_that_uses_the_symbol():
+    stamps = _stamps()
+    assert stamps, "no 'Taught in notebooks/...' links found; the check would be empty"
+    sources = {}
+    wrong = []
+    for where, name, nb in stamps:
+        if nb not in sources:
+            path = ROOT / nb
+            assert path.is_file(), f"{where} links to {nb}, which does not exist"
+            cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+            sources[nb] = "\n".join(_source(c) for c in cells)
+        if not re.search(rf"\b{re.escape(name)}\b", sources[nb]):
+            wrong.append(f"{where} -> {nb}")
+    assert not wrong, "these docstrings link to a lesson that never mentions them:\n" + "\n".join(wrong)

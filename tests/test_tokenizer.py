@@ -1,4 +1,4 @@
-"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py)."""
+"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py, bertlab/wordpiece.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import pytest
 from tokenizers import Tokenizer, models
 
 import bertlab.tokenizer as tokenizer_module
-from bertlab.corpus import Document, load_corpus, split_documents
+from bertlab.corpus import load_corpus
+from bertlab.document import Document, split_documents
 from bertlab.tokenizer import (
-    SPECIAL_TOKENS,
     SpecialIds,
+    default_cache_dir,
     encode_sentences,
     load_tokenizer,
     save_tokenizer,
@@ -23,6 +24,13 @@ from bertlab.tokenizer import (
     tokenizer_from_vocab,
     train_tokenizer,
     unk_rate,
+    vocab_digest,
+)
+from bertlab.wordpiece import (
+    SPECIAL_TOKENS,
+    build_untrained_tokenizer,
+    count_words,
+    wordpiece_vocabulary,
 )
 
 SMALL_CORPUS = [
@@ -75,7 +83,7 @@ def test_special_tokens_come_first(small_tok):
 def test_accents_stripped_only_when_lowercasing(small_tok):
     assert small_tok.normalizer.normalize_str("Café ÉLAN") == "cafe elan"
     assert small_tok.encode("café").tokens == small_tok.encode("CAFE").tokens
-    cased = tokenizer_module.build_untrained_tokenizer(lowercase=False)
+    cased = build_untrained_tokenizer(lowercase=False)
     assert cased.normalizer.normalize_str("Café ÉLAN") == "Café ÉLAN"
 
 
@@ -164,8 +172,8 @@ def _naive_wordpiece(word_counts, vocab_size, min_frequency):
 
 @pytest.mark.parametrize("vocab_size", [60, 120, 400])
 def test_trainer_equals_the_naive_definition(vocab_size):
-    counts = tokenizer_module.count_words(SMALL_CORPUS + ["aaaa aaa banana bandana", "nanana"])
-    ours = tokenizer_module.wordpiece_vocabulary(counts, vocab_size, min_frequency=2)
+    counts = count_words(SMALL_CORPUS + ["aaaa aaa banana bandana", "nanana"])
+    ours = wordpiece_vocabulary(counts, vocab_size, min_frequency=2)
     assert ours[:5] == list(SPECIAL_TOKENS) and len(set(ours)) == len(ours)
     assert set(ours) == _naive_wordpiece(counts, vocab_size, 2)
 
@@ -175,9 +183,9 @@ def test_ties_are_broken_by_spelling_not_by_chance():
     counts = {"cd": 5, "ab": 5, "x": 1}
     singles = ["a", "b", "c", "d", "x", "##b", "##d"]
     room_for_one = len(SPECIAL_TOKENS) + len(singles) + 1
-    vocab = tokenizer_module.wordpiece_vocabulary(counts, vocab_size=room_for_one)
+    vocab = wordpiece_vocabulary(counts, vocab_size=room_for_one)
     assert vocab == [*SPECIAL_TOKENS, "a", "b", "c", "d", "x", "##b", "##d", "ab"]
-    both = tokenizer_module.wordpiece_vocabulary(counts, vocab_size=room_for_one + 1)
+    both = wordpiece_vocabulary(counts, vocab_size=room_for_one + 1)
     assert both[-2:] == ["ab", "cd"]
 
 
@@ -215,7 +223,7 @@ def test_named_corpora_train_the_same_file_twice_in_fresh_caches(name, tmp_path)
     for a, b in zip(files["a"], files["b"], strict=True):
         assert a.read_bytes() == b.read_bytes()
     size, digest = NAMED_VOCABULARIES[name]
-    assert (first.get_vocab_size(), tokenizer_module.vocab_digest(first)) == (size, digest)
+    assert (first.get_vocab_size(), vocab_digest(first)) == (size, digest)
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,7 +305,7 @@ def test_cache_holds_digests_of_the_file_and_the_vocabulary(tmp_path):
     (path,) = (tmp_path / "tokenizers").glob("wordpiece-*.json")
     digests = json.loads(path.with_suffix(".sha256").read_text())
     assert digests == {"file_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                       "vocab_sha256": tokenizer_module.vocab_digest(tok)}
+                       "vocab_sha256": vocab_digest(tok)}
 
 
 def _cached_file(tmp_path):
@@ -326,7 +334,7 @@ def test_a_damaged_or_foreign_cache_entry_is_retrained_with_a_warning(tmp_path, 
         again = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
     assert again.to_str() == first.to_str()
     assert path.read_text(encoding="utf-8") == first.to_str()  # rewritten, digests too
-    assert json.loads(sidecar.read_text())["vocab_sha256"] == tokenizer_module.vocab_digest(first)
+    assert json.loads(sidecar.read_text())["vocab_sha256"] == vocab_digest(first)
 
 
 def test_a_one_shot_iterator_is_read_once_and_shares_the_cache_key(tmp_path, monkeypatch):
@@ -345,7 +353,7 @@ def test_cache_false_writes_nothing(tmp_path):
 
 def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path))
-    assert tokenizer_module.default_cache_dir() == tmp_path / "tokenizers"
+    assert default_cache_dir() == tmp_path / "tokenizers"
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,30 +9,29 @@ import shutil
 import pytest
 import torch
 
-import bertlab.train as train_mod
-from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
-from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
-from bertlab.tokenizer import train_tokenizer
-from bertlab.train import (
-    TrainConfig,
-    build_optimizer,
-    evaluate,
-    fill_mask,
+import bertlab.checkpoint as checkpoint_mod
+from bertlab.checkpoint import (
+    CorruptCheckpoint,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     load_run,
-    lr_at,
-    mlm_only_loss,
+    save_checkpoint,
+)
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.nsp import create_nsp_examples
+from bertlab.pretraining import (
+    evaluate,
+    fill_mask,
     pretrain,
     pretraining_counts,
     pretraining_loss,
-    save_checkpoint,
-    train_loop,
     unigram_baseline,
 )
+from bertlab.tokenizer import train_tokenizer
+from bertlab.train import TrainConfig, build_optimizer, lr_at, train_loop
 
 VOCAB = 500
 SEQ = 64
@@ -78,7 +77,8 @@ class InterruptAt:
 
     def __init__(self, loader, n: int):
         self.loader, self.n, self.served = loader, n, 0
-        self.dataset, self.sampler, self.batch_size = loader.dataset, loader.sampler, loader.batch_size
+        self.dataset, self.batch_size = loader.dataset, loader.batch_size
+        self.seed = getattr(loader, "seed", None)
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -117,7 +117,7 @@ def test_mlm_only_loss_ignores_nsp_and_leaves_the_pooler_untrained(tok, examples
     train, _ = loaders(examples, tok)
     batch = next(iter(train))
     model = make_model(tok, dropout=0.0)
-    loss = mlm_only_loss(model, batch, pretraining_counts(batch))
+    loss = pretraining_loss(model, batch, pretraining_counts(batch), nsp=False)
     reference = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                       labels=batch["labels"])
     assert reference.nsp_loss is None
@@ -218,7 +218,7 @@ def test_checkpoint_survives_a_crash_mid_write(tok, tmp_path, monkeypatch):
     run = tmp_path / "run"
     good = save_checkpoint(run / "checkpoints" / "step-00000001", model, optimizer,
                            state={"step": 1})
-    real_save_file = train_mod.save_file
+    real_save_file = checkpoint_mod.save_file
 
     def crash(tensors, filename, *args, **kwargs):  # write half a file, then die
         real_save_file(tensors, filename, *args, **kwargs)
@@ -226,7 +226,7 @@ def test_checkpoint_survives_a_crash_mid_write(tok, tmp_path, monkeypatch):
             f.truncate(100)
         raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(train_mod, "save_file", crash)
+    monkeypatch.setattr(checkpoint_mod, "save_file", crash)
     with torch.no_grad():
         model.nsp.bias.add_(1.0)
     with pytest.raises(OSError, match="simulated"):
@@ -243,7 +243,7 @@ def test_checkpoint_survives_a_crash_mid_write(tok, tmp_path, monkeypatch):
     assert state["step"] == 1
     assert torch.equal(fresh.nsp.bias, model.nsp.bias - 1.0)  # the weights before the crash
 
-    monkeypatch.setattr(train_mod, "save_file", real_save_file)
+    monkeypatch.setattr(checkpoint_mod, "save_file", real_save_file)
     save_checkpoint(run / "checkpoints" / "step-00000002", model, optimizer, state={"step": 2})
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert names == ["step-00000001", "step-00000002"]  # the half-written folders are gone
@@ -331,7 +331,7 @@ def test_a_flipped_byte_is_named_corrupt_and_load_run_falls_back(tok, examples, 
     pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "run")
     older, newest = list_checkpoints(tmp_path / "run")
     _flip_one_byte(newest / "model.safetensors")  # same size, one weight changed
-    with pytest.raises(train_mod.CorruptCheckpoint, match="model.safetensors does not match"):
+    with pytest.raises(CorruptCheckpoint, match="model.safetensors does not match"):
         load_checkpoint(newest, make_model(tok))
     with pytest.warns(UserWarning, match=r"step-00000004 is corrupt.*Using step-00000002"):
         model, _ = load_run(tmp_path / "run")
@@ -340,7 +340,7 @@ def test_a_flipped_byte_is_named_corrupt_and_load_run_falls_back(tok, examples, 
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
                                                  expected.state_dict().values(), strict=True))
     _flip_one_byte(older / "optimizer.safetensors")
-    with pytest.raises(train_mod.CorruptCheckpoint, match="step-00000004"):  # none verifies
+    with pytest.raises(CorruptCheckpoint, match="step-00000004"):  # none verifies
         load_run(tmp_path / "run")
 
 
@@ -420,11 +420,11 @@ def test_a_full_disk_during_a_save_names_the_checkpoint_that_survives(tok, tmp_p
     good = save_checkpoint(tmp_path / "checkpoints" / "step-00000001", model, state={"step": 1})
 
     def full(*args, **kwargs):
-        raise train_mod.SafetensorError(
+        raise checkpoint_mod.SafetensorError(
             'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
             '"No space left on device" })')
 
-    monkeypatch.setattr(train_mod, "save_file", full)
+    monkeypatch.setattr(checkpoint_mod, "save_file", full)
     with pytest.raises(OSError, match=r"no space left.*step-00000002.*still .*step-00000001"):
         save_checkpoint(tmp_path / "checkpoints" / "step-00000002", model,
                         build_optimizer(model, TrainConfig()), state={"step": 2})

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
-from bertlab.corpus import Document, load_corpus
-from bertlab.masking import IGNORE_INDEX
+from bertlab.corpus import load_corpus
+from bertlab.data import NspDataset, PretrainingCollator, pretraining_loader
+from bertlab.document import Document
+from bertlab.model import IGNORE_INDEX
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
-from bertlab.zh import (
-    SegmentedCollator,
-    SegmentedNspDataset,
-    nsp_word_ids,
-    segment_corpus,
-    segmented_loader,
-    whole_word_counts,
-    whole_word_scores,
-)
+from bertlab.zh import nsp_word_ids, segment_corpus, whole_word_counts, whole_word_scores
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +33,11 @@ def segmented(zh_news, zh_tok):
     # A short max_seq_len forces truncation on most pairs, so cut words are exercised too.
     examples = create_nsp_examples(corpus, zh_tok, max_seq_len=48, seed=0)
     return corpus, examples, [nsp_word_ids(e, corpus) for e in examples]
+
+
+def word_loader(examples, word_ids, tokenizer, **options):
+    """The Chinese pretraining loader: NSP examples masked by their gold words (or characters)."""
+    return pretraining_loader(examples, tokenizer, split=None, word_ids=word_ids, **options)
 
 
 def _groups(tokens: list[str], word_ids: list[int | None]) -> dict[int, str]:
@@ -109,9 +107,8 @@ def test_whole_word_masking_never_selects_part_of_a_word(zh_tok, segmented):
     _, examples, all_ids = segmented
 
     def split_words(whole_word: bool) -> tuple[int, int]:
-        loader = segmented_loader(examples, all_ids, zh_tok, whole_word=whole_word,
-                                  batch_size=64, seed=3, mlm_probability=0.3,
-                                  return_word_ids=True)
+        loader = word_loader(examples, all_ids, zh_tok, whole_word=whole_word,
+                             batch_size=64, seed=3, mlm_probability=0.3, return_word_ids=True)
         partial = whole = 0
         for i, batch in enumerate(loader):
             if i == 4:
@@ -135,7 +132,7 @@ def test_whole_word_masking_never_selects_part_of_a_word(zh_tok, segmented):
 
 def test_char_and_word_loaders_see_the_same_data(zh_tok, segmented):
     _, examples, all_ids = segmented
-    batches = [next(iter(segmented_loader(examples, all_ids, zh_tok, whole_word=flag, seed=1)))
+    batches = [next(iter(word_loader(examples, all_ids, zh_tok, whole_word=flag, seed=1)))
                for flag in (False, True)]
     for key in ("token_type_ids", "attention_mask", "next_sentence_label"):
         assert torch.equal(batches[0][key], batches[1][key])
@@ -180,9 +177,9 @@ class _Guesser(torch.nn.Module):
 
 def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
     _, examples, all_ids = segmented
-    loader = segmented_loader(examples[:200], all_ids[:200], zh_tok, shuffle=False,
-                              masking="static", return_word_ids=True, batch_size=50,
-                              mask_replace_prob=1.0, random_replace_prob=0.0)
+    loader = word_loader(examples[:200], all_ids[:200], zh_tok, whole_word=True, shuffle=False,
+                         masking="static", return_word_ids=True, batch_size=50,
+                         mask_replace_prob=1.0, random_replace_prob=0.0)
     oracle = whole_word_scores(_Guesser(zh_tok.get_vocab_size()), loader)
     assert oracle["char_accuracy"] == oracle["word_accuracy"] == 1.0
     assert oracle["multi_char_word_accuracy"] == 1.0 and oracle["multi_char_words"] > 100
@@ -192,7 +189,7 @@ def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
     assert always["char_accuracy"] == pytest.approx(share) and 0.01 < share < 0.2
     assert always["multi_char_word_accuracy"] == 0.0  # no gold word is 的的
     with pytest.raises(ValueError, match="return_word_ids=True"):
-        whole_word_scores(_Guesser(10), segmented_loader(examples[:4], all_ids[:4], zh_tok))
+        whole_word_scores(_Guesser(10), word_loader(examples[:4], all_ids[:4], zh_tok))
 
 
 def test_bad_input_is_named(zh_news, zh_tok, segmented):
@@ -206,13 +203,30 @@ def test_bad_input_is_named(zh_news, zh_tok, segmented):
     with pytest.raises(TypeError, match="SegmentedCorpus"):
         nsp_word_ids(examples[0], tokenize_corpus(zh_news, zh_tok))
     with pytest.raises(ValueError, match="one list per example"):
-        SegmentedNspDataset(examples, all_ids[:-1])
+        word_loader(examples, all_ids[:-1], zh_tok)
     with pytest.raises(ValueError, match="tokens but"):
-        SegmentedNspDataset(examples[:1], [all_ids[0][:-1]])
-    item = {"input_ids": np.array(examples[0].input_ids), "token_type_ids": np.zeros(3),
-            "next_sentence_label": 0, "row_seed": 0}
-    with pytest.raises(ValueError, match="items need 'word_ids'"):
-        SegmentedCollator(zh_tok)([item])
+        word_loader(examples[:1], [all_ids[0][:-1]], zh_tok)
+
+
+def test_wordpiece_whole_words_cut_chinese_words_and_gold_ones_do_not(zh_tok, segmented):
+    # Chinese has no "##" marks: without the gold word ids, every character is a word.
+    _, examples, all_ids = segmented
+    gold = NspDataset(examples[:64], word_ids=all_ids[:64])
+    plain = NspDataset(examples[:64])
+    collate = PretrainingCollator(zh_tok, whole_word=True)
+
+    def partly_hidden(labels):
+        count = 0
+        for row in range(64):
+            words = gold[row]["word_ids"]
+            targets = labels[row, : len(words)] != IGNORE_INDEX
+            for w in set(words.tolist()) - {-1}:
+                hidden = targets[torch.from_numpy(words == w)]
+                count += bool(hidden.any() and not hidden.all())
+        return count
+
+    assert partly_hidden(collate([gold[i] for i in range(64)])["labels"]) == 0
+    assert partly_hidden(collate([plain[i] for i in range(64)])["labels"]) > 20
 
 
 def test_word_strip_html_groups_words():

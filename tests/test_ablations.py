@@ -1,4 +1,5 @@
-"""Tests for bertlab.experiments: the config grid, the result schema and caching by config hash."""
+"""Tests for bertlab.grid and bertlab.ablations: the config grid, the result schema, caching by
+config hash, one runner in one process or many."""
 
 from __future__ import annotations
 
@@ -7,24 +8,30 @@ import math
 
 import pytest
 
-from bertlab import experiments as ex
-from bertlab.experiments import (
+from bertlab import ablations, grid
+from bertlab.ablations import (
+    BudgetData,
+    compare_to_baseline,
+    format_summary,
+    load_results,
+    run_cell,
+    run_grid,
+    summarize_records,
+    unigram_reference,
+)
+from bertlab.grid import (
     BASELINES,
+    BUDGETS,
     GROUPS,
     PAPER_MASKING,
+    PRETRAIN_DEFAULTS,
     Budget,
     Cell,
     ablation_grid,
     cell_config,
     cell_key,
-    compare_to_baseline,
     config_key,
-    format_summary,
-    load_results,
     procedure_overrides,
-    run_cell,
-    run_grid,
-    summarize_records,
 )
 
 # A toy budget: 60 BBC documents, a 1-layer 32-wide model, 3 steps, small evaluations.
@@ -40,7 +47,7 @@ METRIC_KEYS = {"mlm_accuracy", "mlm_loss", "mlm_accuracy_kept", "mlm_loss_kept",
 
 @pytest.fixture(scope="module")
 def data():
-    return ex._Data(TOY)
+    return BudgetData(TOY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +69,7 @@ def test_grid_has_every_variant_and_seed():
     for group in GROUPS:
         assert BASELINES[group] in [name for name, _ in GROUPS[group]]
         baseline = Cell("b", dict(GROUPS[group])[BASELINES[group]], 0, TOY)
-        assert baseline.settings() == ex.PRETRAIN_DEFAULTS  # the baseline is BERT's recipe
+        assert baseline.settings() == PRETRAIN_DEFAULTS  # the baseline is BERT's recipe
 
 
 def test_procedure_overrides_reads_mask_same_random():
@@ -85,10 +92,10 @@ def test_key_follows_every_setting_but_not_the_label(monkeypatch):
     # The budget's own name is a label too.
     assert cell_key(Cell("a", {}, 0, Budget(**{**TOY.to_dict(), "name": "renamed"}))) == key
     config = cell_config(cell)
-    assert config["settings"] == {**ex.PRETRAIN_DEFAULTS}
+    assert config["settings"] == {**PRETRAIN_DEFAULTS}
     assert config["device"] == "cpu/fp32"
     assert config_key(json.loads(json.dumps(config))) == key  # survives a JSON round trip
-    monkeypatch.setattr(ex, "code_digest", lambda: "edited-source")
+    monkeypatch.setattr(grid, "code_digest", lambda: "edited-source")
     assert cell_key(cell) != key  # a code change invalidates the cache
 
 
@@ -159,7 +166,7 @@ def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
         raise AssertionError("a cached cell was run again")
 
     with monkeypatch.context() as m:
-        m.setattr(ex, "_train_and_measure", must_not_run)
+        m.setattr(ablations, "_train_and_measure", must_not_run)
         again = run_cell(Cell("MLM + NSP", {}, 0, TOY, group="nsp"), tmp_path, data=data)
     assert again["cached"] is True and again["metrics"] == metrics
     assert again["cell"]["name"] == "MLM + NSP"
@@ -179,8 +186,8 @@ def test_stale_or_forced_records_run_again(tmp_path, monkeypatch):
         calls.append(cell.seed)
         return {"mlm_accuracy": 0.5}
 
-    monkeypatch.setattr(ex, "_train_and_measure", fake_measure)
-    monkeypatch.setattr(ex, "_Data", lambda budget: None)
+    monkeypatch.setattr(ablations, "_train_and_measure", fake_measure)
+    monkeypatch.setattr(ablations, "BudgetData", lambda budget: None)
     cell = Cell("x", {}, 3, TOY)
     run_cell(cell, tmp_path)
     run_cell(cell, tmp_path)
@@ -202,13 +209,13 @@ def test_run_grid_runs_a_shared_config_once(tmp_path, monkeypatch):
         runs.append((cell.name, cell.seed))
         return {"mlm_accuracy": 0.1 * len(runs)}
 
-    monkeypatch.setattr(ex, "_train_and_measure", fake_measure)
-    monkeypatch.setattr(ex, "_Data", lambda budget: None)
+    monkeypatch.setattr(ablations, "_train_and_measure", fake_measure)
+    monkeypatch.setattr(ablations, "BudgetData", lambda budget: None)
     cells = ablation_grid(["nsp", "masking-rate"], seeds=(0, 1), budget=TOY)
     seen = []
     records = run_grid(cells, tmp_path, on_record=seen.append)
-    assert len(records) == len(cells) == len(seen)
-    assert len(runs) == 4 * 2  # "MLM + NSP" and "15%" are one config
+    assert len(records) == len(cells) == 10
+    assert len(runs) == len(seen) == 4 * 2  # "MLM + NSP" and "15%" are one config
     assert [r["cell"]["name"] for r in records] == [c.name for c in cells]
     shared = [r for r in records if r["cell"]["name"] in ("MLM + NSP", "15%") and
               r["cell"]["seed"] == 0]
@@ -317,7 +324,7 @@ def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     toy = replace(TOY, name="quick", finetune_epochs=1.0)
-    monkeypatch.setitem(ex.BUDGETS, "quick", toy)
+    monkeypatch.setitem(BUDGETS, "quick", toy)
     out = tmp_path / "results.json"
     argv = ["--budget", "quick", "--groups", "nsp", "--seeds", "0", "--cache-dir",
             str(tmp_path / "cache"), "--out", str(out)]
@@ -333,7 +340,7 @@ def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp
         assert len(saved["random_init"][name]) == 1 and 0 <= saved["random_init"][name][0] <= 1
     assert {r["name"] for r in saved["summary"]} == {"MLM + NSP", "MLM only"}
     # The frequency guess on the sweep's own vocabulary and held-out targets.
-    assert saved["unigram"] == ex.unigram_reference(toy)
+    assert saved["unigram"] == unigram_reference(toy)
     assert 0 < saved["unigram"]["mlm_accuracy"] < 0.5 and saved["unigram"]["token"] in {
         "the", ",", ".", "to", "of"}
     capsys.readouterr()

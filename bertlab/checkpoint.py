@@ -1,0 +1,403 @@
+"""Checkpoints and trained models on disk: atomic safetensors folders, verified on every load.
+
+A checkpoint is a folder `RUN/checkpoints/step-NNNNNNNN/`: tensors in safetensors, everything
+else in JSON, the SHA-256 of every file in digests.json. It is built in a hidden staging folder
+and renamed into place (`bertlab.util.atomic_write_folder`), so a crash, a kill or a full disk
+never leaves half of one. Nothing is ever unpickled.
+
+`load_run` rebuilds the model of a pretraining run from its newest checkpoint that verifies;
+`load_model` takes either a run folder or a Hugging Face folder and returns (model, tokenizer).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import re
+import warnings
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_model as load_safetensors_model
+from tokenizers import Tokenizer
+from torch import nn
+
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.tokenizer import load_tokenizer
+from bertlab.util import atomic_write_folder, describe_kind, folder_kind
+
+CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
+_CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint whose files do not match the SHA-256 digests written when it was saved."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _model_config(model: nn.Module) -> dict | None:
+    config = getattr(model, "config", None)
+    return config.to_dict() if hasattr(config, "to_dict") else None
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)  # safetensors reports I/O errors as text ("StorageFull", "os error 28")
+    return isinstance(exc, SafetensorError) and ("StorageFull" in text or "code: 28" in text
+                                                 or "No space left" in text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def save_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None, *,
+                    state: dict | None = None,
+                    rng: dict[str, torch.Tensor] | None = None,
+                    scaler: torch.amp.GradScaler | None = None) -> Path:
+    """Return `path` after writing a complete checkpoint folder there, atomically.
+
+    Files: model.safetensors (tied weights stored once), optimizer.safetensors + its settings in
+    state.json, rng.safetensors (random-generator states), state.json (step, data position,
+    configs, history: anything JSON-serialisable in `state`) and digests.json (the SHA-256 of
+    each file, checked on every load). A crash, a kill or a full disk mid-write leaves the
+    previous checkpoints untouched and never a half-written one (`atomic_write_folder`). A full
+    disk raises an OSError (ENOSPC) that names the newest complete checkpoint.
+    """
+    path = Path(path)
+    try:
+        # The staging folders that killed writers left in checkpoints/ go too (sweep_stale).
+        return atomic_write_folder(
+            path, lambda folder: _write_checkpoint_files(folder, model, optimizer, state, rng,
+                                                         scaler), sweep_stale=True)
+    except BaseException as exc:
+        if not _is_disk_full(exc):
+            raise
+        kept = _complete_checkpoints(path.parent)
+        previous = (f"the newest complete checkpoint is still {kept[-1]}" if kept
+                    else "no earlier checkpoint exists")
+        raise OSError(errno.ENOSPC, f"no space left on the device while writing checkpoint "
+                      f"{path}; nothing of it was kept and {previous}. Free some space, "
+                      f"then continue the run with --resume (resume=True)") from exc
+
+
+def _write_checkpoint_files(folder: Path, model: nn.Module,
+                            optimizer: torch.optim.Optimizer | None, state: dict | None,
+                            rng: dict[str, torch.Tensor] | None,
+                            scaler: torch.amp.GradScaler | None) -> None:
+    save_model(model, str(folder / "model.safetensors"))
+    meta = {"format": CHECKPOINT_FORMAT, "model_class": type(model).__name__,
+            "model_config": _model_config(model), **(state or {})}
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        tensors, scalars = {}, {}
+        for index, param_state in sd["state"].items():
+            for key, value in param_state.items():
+                if torch.is_tensor(value):
+                    tensors[f"{index}.{key}"] = value.detach().cpu().contiguous()
+                else:
+                    scalars[f"{index}.{key}"] = value
+        save_file(tensors, str(folder / "optimizer.safetensors"))
+        meta["optimizer"] = {"param_groups": sd["param_groups"], "scalars": scalars}
+    if scaler is not None and scaler.is_enabled():
+        meta["grad_scaler"] = scaler.state_dict()
+    if rng:
+        save_file({k: v.contiguous() for k, v in rng.items()}, str(folder / "rng.safetensors"))
+    (folder / "state.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    digests = {file.name: _sha256(file) for file in sorted(folder.iterdir())}
+    (folder / "digests.json").write_text(json.dumps(digests, indent=1), encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifying and loading
+
+
+def _corrupt(path: Path, problem: str) -> CorruptCheckpoint:
+    return CorruptCheckpoint(
+        f"checkpoint {path} is corrupt: {problem}. Its files were damaged or changed on disk "
+        f"after it was saved; use an older checkpoint (load_run and --resume fall back to the "
+        f"newest one that verifies)")
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Check every file of a checkpoint against the SHA-256 digests written when it was saved.
+
+    Raises `CorruptCheckpoint` (a ValueError) naming the first file that is missing or differs.
+    Checkpoints of format 1 (before digests) pass unverified.
+    """
+    path = Path(path)
+    digests_file = path / "digests.json"
+    if not digests_file.is_file():
+        if read_checkpoint_state(path, verified=True).get("format") == 1:
+            return
+        raise _corrupt(path, "digests.json is missing")
+    try:
+        digests = json.loads(digests_file.read_text(encoding="utf-8"))
+        items = sorted(digests.items())
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
+        raise _corrupt(path, f"digests.json is not readable ({e})") from None
+    for name, expected in items:
+        file = path / name
+        if not file.is_file():
+            raise _corrupt(path, f"{name} is missing")
+        if _sha256(file) != expected:
+            raise _corrupt(path, f"{name} does not match the SHA-256 written when it was saved")
+
+
+def read_checkpoint_state(path: str | Path, *, verified: bool = False) -> dict:
+    """Return the JSON part of a checkpoint (step, configs, history...), checking it is readable.
+
+    Unless `verified`, the checkpoint's digests are checked first (`verify_checkpoint`).
+    """
+    path = Path(path)
+    state_file = path / "state.json"
+    if not state_file.is_file():
+        raise ValueError(f"{path} is not a bertlab checkpoint (no state.json); pass a folder "
+                         f"written by save_checkpoint, e.g. RUN/checkpoints/step-00001000")
+    if not verified:
+        verify_checkpoint(path)
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _corrupt(path, f"state.json is not valid JSON ({e})") from None
+    if state.get("format") not in (1, CHECKPOINT_FORMAT):
+        raise ValueError(f"checkpoint {path} has format {state.get('format')!r}; this bertlab "
+                         f"reads formats 1 and {CHECKPOINT_FORMAT}")
+    return state
+
+
+def _describe_mismatch(saved: dict, current: dict) -> str:
+    keys = sorted(set(saved) | set(current))
+    return "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs model {current.get(k)!r}"
+                     for k in keys if saved.get(k) != current.get(k))
+
+
+def load_checkpoint(path: str | Path, model: nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None, *,
+                    scaler: torch.amp.GradScaler | None = None, verify: bool = True) -> dict:
+    """Return the checkpoint's state dict after loading its weights into `model` (and optimizer).
+
+    Every file is first checked against the digests written at save time (`CorruptCheckpoint`
+    if one differs; `verify=False` skips that for a checkpoint just verified); weights that are
+    not finite (a run saved after it diverged) are refused. The model must have the
+    configuration the checkpoint was trained with; otherwise this raises a ValueError naming
+    both values (e.g. vocab_size 8192 vs 4096). Only safetensors and JSON are read: nothing is
+    unpickled. Random-generator states come back under "rng" (tensors); the caller decides
+    whether to restore them (`train_loop` does, for exact resumes).
+    """
+    path = Path(path)
+    state = read_checkpoint_state(path, verified=not verify)
+    current = _model_config(model)
+    if state.get("model_class") != type(model).__name__:
+        raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, but the model "
+                         f"is a {type(model).__name__}")
+    if state.get("model_config") != current:
+        raise ValueError(f"checkpoint {path} was trained with a different model config: "
+                         f"{_describe_mismatch(state.get('model_config') or {}, current or {})}. "
+                         f"Build the model from the checkpoint's config (bertlab.load_run) or "
+                         f"start a new run")
+    try:
+        missing, unexpected = load_safetensors_model(
+            model, str(path / "model.safetensors"), strict=False,
+            device=str(next(model.parameters()).device))
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not fit the model: missing {missing}, "
+                             f"unexpected {unexpected}")
+        if optimizer is not None and "optimizer" not in state:
+            raise ValueError(f"checkpoint {path} has no optimizer state; load it without "
+                             f"an optimizer, or resume from a training checkpoint")
+        flat = load_file(str(path / "optimizer.safetensors")) if optimizer is not None else {}
+        rng_file = path / "rng.safetensors"
+        rng = load_file(str(rng_file)) if rng_file.exists() else {}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise _corrupt(path, f"its files cannot be read ({e})") from e
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise ValueError(f"checkpoint {path} holds non-finite weights (NaN or inf in {bad[0]}"
+                         f"{f' and {len(bad) - 1} more' if len(bad) > 1 else ''}): the run had "
+                         f"diverged before it was saved; use an older checkpoint")
+    if optimizer is not None:
+        _load_optimizer(path, optimizer, flat, state["optimizer"])
+    if scaler is not None and "grad_scaler" in state:
+        scaler.load_state_dict(state["grad_scaler"])
+    state["rng"] = rng
+    return state
+
+
+def _load_optimizer(path: Path, optimizer: torch.optim.Optimizer,
+                    tensors: dict[str, torch.Tensor], saved: dict) -> None:
+    per_param: dict[int, dict] = {}
+    for key, value in [*tensors.items(), *saved["scalars"].items()]:
+        index, name = key.split(".", 1)
+        per_param.setdefault(int(index), {})[name] = value
+    groups = saved["param_groups"]
+    for group, live in zip(groups, optimizer.param_groups, strict=False):
+        # Keep this machine's kernel choice (a CPU checkpoint may be resumed with fused CUDA).
+        for key in ("fused", "foreach", "capturable", "differentiable"):
+            if key in live:
+                group[key] = live[key]
+        group["betas"] = tuple(group["betas"])
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"checkpoint {path} has {len(groups)} optimizer parameter groups, "
+                         f"the optimizer has {len(optimizer.param_groups)}")
+    optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoints of a run
+
+
+def _complete_checkpoints(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _CHECKPOINT_NAME.match(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: p.name)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first (half-written ones never count)."""
+    return _complete_checkpoints(Path(run_dir) / "checkpoints")
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """Return the newest complete checkpoint folder of a run, or None when there is none."""
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
+    """Return the newest checkpoint of a run whose files match their digests (None: no checkpoint).
+
+    A newer checkpoint that fails verification is skipped with a warning that names it and the
+    one used instead. If every checkpoint fails, the CorruptCheckpoint error of the newest is
+    raised.
+    """
+    found = list_checkpoints(run_dir)
+    first_error: CorruptCheckpoint | None = None
+    for path in reversed(found):
+        try:
+            verify_checkpoint(path)
+        except CorruptCheckpoint as e:
+            first_error = first_error or e
+            continue
+        if first_error is not None:
+            warnings.warn(f"{first_error} Using {path.name} instead, the newest checkpoint that "
+                          f"verifies.", stacklevel=2)
+        return path
+    if first_error is not None:
+        raise first_error
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# A trained model back: from a run folder or a Hugging Face folder
+
+
+def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
+             device: str | torch.device = "cpu") -> tuple[BertForPreTraining, Tokenizer | None]:
+    """Return (model, tokenizer) of a pretraining run folder, from its newest sound checkpoint.
+
+    The model is rebuilt from the config stored in the checkpoint; the tokenizer is the
+    `tokenizer.json` the CLI saves in the run folder (None if absent). Without `checkpoint`, a
+    newest checkpoint that fails its digests is skipped, with a warning, for the newest one that
+    verifies.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    run_dir = Path(run_dir)
+    path = Path(checkpoint) if checkpoint is not None else latest_verified_checkpoint(run_dir)
+    if path is None:
+        raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
+                         f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab pretrain")
+    if checkpoint is not None:  # latest_verified_checkpoint has hashed the newest already
+        verify_checkpoint(path)
+    state = read_checkpoint_state(path, verified=True)
+    if state.get("model_class") != "BertForPreTraining" or not state.get("model_config"):
+        raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, not a "
+                         f"BertForPreTraining")
+    model = BertForPreTraining(BertConfig.from_dict(state["model_config"])).to(device)
+    load_checkpoint(path, model, verify=False)
+    model.eval()
+    tok_file = run_dir / "tokenizer.json"
+    return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
+
+
+_MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
+                "hf": "a Hugging Face folder (from export-hf)"}
+
+
+def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf")) -> str:
+    """Return "run" or "hf", the kind of a model folder, after checking it is one of `kinds`.
+
+    A run folder must have a checkpoint. Anything else (a missing folder, a file, shards, other
+    files) raises a ValueError that says what is there and what to pass instead.
+    """
+    path = Path(path)
+    kind = folder_kind(path)
+    wanted = " or ".join(_MODEL_KINDS[k] for k in kinds)
+    if kind == "run" and latest_checkpoint(path) is None:
+        raise ValueError(f"run folder {path} has no checkpoint yet (looked in "
+                         f"{path / 'checkpoints'}); train first, or wait for the run's first "
+                         f"checkpoint")
+    if kind in kinds:
+        return kind
+    if kind in ("missing", "file"):
+        what = "it does not exist" if kind == "missing" else "it is a file"
+        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
+    if "hf" in kinds:
+        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
+                         f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
+    raise ValueError(f"{path} has no checkpoint: it holds {describe_kind(kind)}; pass {wanted}")
+
+
+def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
+               require_tokenizer: bool = False, exact_vocab: bool = False,
+               ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
+    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder.
+
+    The one way to get a trained model back from disk, for the CLI and for fine-tuning. The kind
+    of folder is told apart first (`check_model_folder`; `kinds` says which are accepted): a run
+    gives its newest checkpoint that verifies (`load_run`), a Hugging Face folder goes through
+    `load_hf`. The model comes back on the CPU in eval mode, with finite weights.
+
+    The tokenizer is the folder's own (tokenizer.json, or vocab.txt in a Hugging Face folder);
+    None when there is none, unless `require_tokenizer`, which makes its absence a ValueError.
+    A tokenizer with more tokens than the model's vocabulary is refused (its ids would index
+    past the embedding table); a smaller one is fine (a vocabulary padded for speed) unless
+    `exact_vocab` (what an export needs).
+    """
+    path = Path(path)
+    if check_model_folder(path, kinds) == "run":
+        model, tok = load_run(path)
+        if tok is None and require_tokenizer:
+            raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
+                             f"the run was trained with (e.g. from its shard folder)")
+    else:
+        model = load_hf(path)
+        try:
+            tok = load_hf_tokenizer(path)
+        except ModelFolderMissingError:
+            if require_tokenizer:
+                raise
+            tok = None
+    if tok is not None:
+        size, model_size = tok.get_vocab_size(), model.config.vocab_size
+        if size > model_size or (exact_vocab and size != model_size):
+            raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's "
+                             f"vocabulary has {model_size}, so it is not the tokenizer the "
+                             f"model was trained with; put that one there (tokenizer.json)")
+    return model, tok

@@ -1,0 +1,165 @@
+"""Where and how the arithmetic runs: the device, mixed precision, torch.compile and DDP.
+
+The training loop calls these once per run: `resolve_device` and `resolve_precision` read the
+settings, `autocast_context` wraps each forward pass, `fast_math` sets the process-wide switches
+for the run and restores them after, and `wrap_model` compiles the model and wraps it in
+DistributedDataParallel under torchrun. The two collectives (`sum_over_processes`,
+`from_rank0`) are what keeps every process's decisions identical; on one process they do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """Return the torch.device for "auto" (CUDA, else MPS, else CPU) or an explicit name.
+
+    Under torchrun, "auto" and "cuda" mean this process's GPU (cuda:LOCAL_RANK).
+    """
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank)
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={spec!r} was asked for but CUDA is not available here; "
+                         f"use device='auto' or 'cpu'")
+    if spec == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(spec)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """Return "bf16", "fp16" or "fp32": what `precision="auto"` means on `device`."""
+    if precision == "fp16" and device.type == "cpu":
+        raise ValueError("precision='fp16' needs a GPU; use 'bf16' or 'fp32' on CPU")
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Return the mixed-precision context for forward passes (a no-op for fp32).
+
+    Under autocast, matmuls run in bf16/fp16 while the weights, their gradients and the
+    optimizer state stay fp32 (so no master-weight copy is needed).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@contextlib.contextmanager
+def fast_math(device: torch.device, compile: bool) -> Iterator[None]:
+    """Set the process-wide switches a training run wants for the `with` block; restore them after.
+
+    torch has these only as global flags, so the loop sets them once, here, and a caller's own
+    settings come back when the run ends:
+
+    - on CUDA, TF32 for matmuls and convolutions: what autocast leaves in fp32 runs on the
+      tensor cores (a 10-bit mantissa, plenty for training);
+    - when compiling, `torch._dynamo.config.capture_dynamic_output_shape_ops`: the sparse MLM
+      head gathers the masked positions (`nonzero`), a shape that depends on the data; with the
+      flag dynamo traces it, so the whole forward stays one graph.
+    """
+    with contextlib.ExitStack() as stack:
+        if device.type == "cuda":
+            before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+            stack.callback(_set_tf32, *before)
+        if compile:
+            stack.enter_context(torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True))
+        yield
+
+
+def _set_tf32(matmul: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Return the batch with its tensors on `device` (other values as they are)."""
+    # non_blocking overlaps the copy with compute when the loader pins memory (pin_memory=True).
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in batch.items()}
+
+
+def wrap_model(model: nn.Module, device: torch.device,
+               compile: bool) -> tuple[nn.Module, nn.parallel.DistributedDataParallel | None]:
+    """Return (the module to train, its DDP wrapper or None): compiled if asked, under DDP when a
+    process group is active. The parameters stay those of `model`."""
+    train_model: nn.Module = torch.compile(model) if compile else model
+    if rank_world()[1] == 1:
+        return train_model, None
+    ddp_ids = [device.index] if device.type == "cuda" else None
+    ddp = nn.parallel.DistributedDataParallel(train_model, device_ids=ddp_ids)
+    return ddp, ddp
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributed data parallel (torchrun)
+
+
+def init_distributed() -> tuple[int, int]:
+    """Return (rank, world_size); under torchrun, first join the process group (NCCL or gloo).
+
+    Without torchrun this is (0, 1) and nothing happens. The training loop then wraps the
+    model in DistributedDataParallel whenever a process group is active.
+    """
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
+    return rank_world()
+
+
+def rank_world() -> tuple[int, int]:
+    """Return (rank, world_size) of the active process group, or (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def sum_over_processes(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Return each number summed over all processes (one small collective; as is on one)."""
+    if rank_world()[1] == 1:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def from_rank0(value: float, device: torch.device) -> float:
+    """Return rank 0's `value` on every process, so all take the same time-based decisions."""
+    if rank_world()[1] == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return t.item()
+
+
+def close_distributed() -> None:
+    """Leave the process group together and close it (nothing to do in a single process).
+
+    A process that exits while gloo's threads are still up can abort ("terminate called without
+    an active exception"). Call it only after success: a rank that failed has left already
+    (torchrun then stops the others), and a barrier would hang its partners forever.
+    """
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,319 @@
+"""Stopping a run safely and resuming it exactly: the run folder, random states, data position.
+
+A resumed run must continue as if it had never stopped: same batches, same masks, same dropout.
+That takes three things besides the weights and the optimizer (`bertlab.checkpoint`):
+
+- the random-generator states of every process (`rng_state`, `gather_rng`, `restore_rng`),
+  saved with the run state by `CheckpointSaver`;
+- where the data stands: the epoch and how many of its batches were used (`DataPosition`);
+- the settings that decide which examples each step sees, checked on resume (`check_resume`).
+
+And a run must stop cleanly: Ctrl-C, and SIGTERM (what schedulers, `docker stop` and `kill`
+send), raise a KeyboardInterrupt the loop answers by saving a checkpoint (`interrupt_on_sigterm`).
+One process at a time may write into a run folder (`hold_run_folder`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+import threading
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertlab.checkpoint import (
+    latest_checkpoint,
+    latest_verified_checkpoint,
+    list_checkpoints,
+    save_checkpoint,
+)
+from bertlab.device import rank_world
+from bertlab.util import check_output_folder, writing_into
+
+Batch = dict[str, torch.Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# The run folder
+
+
+def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_dir") -> Path | None:
+    """Return the run folder as a Path after checking that a run may start (or resume) there.
+
+    A new run needs a missing or empty folder, or a run folder without checkpoints (a start
+    that failed before its first save). Resuming needs a run with a checkpoint. Anything else
+    (checkpoints of another run, prepared shards, a Hugging Face export, your own files, a
+    file) raises a ValueError that names `flag` and the folder and says what is there; nothing
+    is written.
+    """
+    if out_dir is None:
+        if resume:
+            raise ValueError("resume=True needs out_dir (the run folder to resume from)")
+        return None
+    out = Path(out_dir)
+    check_output_folder(out, flag, accept=("run",))
+    newest = latest_checkpoint(out)
+    if resume and newest is None:
+        raise ValueError(f"resume=True (--resume): {flag} {out} has no checkpoint to continue "
+                         f"from (looked in {out / 'checkpoints'}); start a new run there without "
+                         f"resume (nothing was written)")
+    if not resume and newest is not None:
+        raise ValueError(f"{flag} {out} already holds a pretraining run (newest checkpoint "
+                         f"{newest.name}); continue it with resume=True (--resume), or choose "
+                         f"another folder (nothing was written)")
+    return out
+
+
+@contextlib.contextmanager
+def hold_run_folder(out: Path | None, resume: bool, rank: int = 0, world: int = 1,
+                    flag: str = "out_dir") -> Iterator[None]:
+    """Hold the run folder's lock (rank 0) for the block, after checking the folder again.
+
+    One process per run folder: two runs writing the same checkpoints would destroy each
+    other. The check is repeated once the lock is held, in case another run wrote in between;
+    a refusal leaves no folder behind (`writing_into`). Under torchrun every rank gets rank 0's
+    refusal, so none waits forever for a partner that has left. Re-entrant: the CLI holds it
+    while it writes the run's files, and the training loop takes it again.
+    """
+    if out is None:
+        yield
+        return
+    lock = contextlib.ExitStack()
+    refusal = None
+    if rank == 0:
+        try:
+            lock.enter_context(writing_into(out, "run folder"))
+            check_run_folder(out, resume, flag=flag)
+        except ValueError as e:
+            lock.close()
+            refusal = str(e)
+    if world > 1:
+        shared = [refusal]
+        dist.broadcast_object_list(shared, src=0)
+        refusal = shared[0]
+    if refusal is not None:
+        raise ValueError(refusal)
+    with lock:
+        yield
+
+
+def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
+    """Return the checkpoint to resume from: the newest one of the run that verifies.
+
+    Newer ones that fail are moved aside (renamed corrupt-step-..., never deleted), so later
+    saves and keep_checkpoints never mistake them for the run's newest.
+    """
+    if is_main:
+        good = latest_verified_checkpoint(out)
+        for bad in list_checkpoints(out):
+            if bad.name > good.name:
+                aside = bad.with_name(f"corrupt-{bad.name}")
+                os.replace(bad, aside)
+                warnings.warn(f"moved the corrupt checkpoint {bad.name} aside to {aside}",
+                              stacklevel=3)
+    if world > 1:
+        dist.barrier()
+    return latest_checkpoint(out)
+
+
+def check_resume(saved: dict, checkpoint: Path, batch_size: int, grad_accum: int,
+                 data_seed: int | None, examples: int | None) -> None:
+    """Refuse a resume that would train on other batches than the run it continues.
+
+    What decides which examples each step sees: the global batch, its split into
+    micro-batches, the data seed and the number of training examples. A ValueError names the
+    setting and both values.
+    """
+    train = saved.get("train_config") or {}
+    checks = [("batch_size", train.get("batch_size"), batch_size, "--batch-size"),
+              ("grad_accum", train.get("grad_accum"), grad_accum, "--grad-accum"),
+              ("data seed", saved.get("data_seed"), data_seed, "--data-seed"),
+              ("number of training examples", saved.get("train_examples"), examples,
+               "the same corpus and --max-seq-len")]
+    for name, before, now, fix in checks:
+        if before is not None and now is not None and before != now:
+            raise ValueError(f"checkpoint {checkpoint} was trained with {name} {before}, this "
+                             f"resume has {now}; an exact resume needs the same value (use "
+                             f"{fix} as in the original run), or start a new run")
+
+
+# ---------------------------------------------------------------------------------------------
+# Random states
+
+
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """Return this process's torch generator states (CPU, and CUDA on a GPU)."""
+    rng = {"torch_cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        rng["torch_cuda"] = torch.cuda.get_rng_state(device)
+    return rng
+
+
+def gather_rng(rng: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Return every process's `rng_state`, keyed "rank{r}.{name}" (a collective under DDP).
+
+    Each process has its own dropout stream; rank 0 stores them all.
+    """
+    rank, world = rank_world()
+    if world == 1:
+        return {f"rank0.{k}": v for k, v in rng.items()}
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, {k: v.cpu() for k, v in rng.items()})
+    return {f"rank{r}.{k}": v for r, states in enumerate(gathered) for k, v in states.items()}
+
+
+def restore_rng(saved: dict, device: torch.device, rank: int, world: int) -> None:
+    """Put back the generator states a checkpoint's `saved` state holds for this process.
+
+    The torch states only when the run had as many processes as now (otherwise each process
+    keeps the fresh stream seeded by the loop); Python's `random` state whenever it was saved.
+    """
+    rng = saved.get("rng", {})
+    if saved.get("world_size") == world and f"rank{rank}.torch_cpu" in rng:
+        torch.set_rng_state(rng[f"rank{rank}.torch_cpu"])
+        if device.type == "cuda" and f"rank{rank}.torch_cuda" in rng:
+            torch.cuda.set_rng_state(rng[f"rank{rank}.torch_cuda"], device)
+    if "python_random" in saved:
+        version, internal, gauss = saved["python_random"]
+        random.setstate((version, tuple(internal), gauss))
+
+
+class CheckpointSaver:
+    """Saves a run's checkpoints, keeping the newest `keep`: rank 0 writes, every rank takes part.
+
+    `out` is the run folder on rank 0 and None elsewhere (and without a run folder). Each
+    checkpoint holds the run state given to `save`, `extra` (what the resume checks need:
+    settings, data seed...), every process's torch generator states and Python's `random`.
+    """
+
+    def __init__(self, out: Path | None, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: torch.amp.GradScaler, keep: int, extra: dict[str, Any],
+                 saved_step: int | None = None) -> None:
+        self.out, self.model, self.optimizer, self.scaler = out, model, optimizer, scaler
+        self.keep, self.extra = keep, extra
+        self.saved_step = saved_step  # the step of the newest checkpoint (None: none yet)
+
+    def save(self, state: dict[str, Any], rng: dict[str, torch.Tensor]) -> Path | None:
+        """Return the new checkpoint of `state` (whose "step" names it); None off rank 0."""
+        rngs = gather_rng(rng)  # a collective: every rank takes part
+        self.saved_step = state["step"]
+        if self.out is None:
+            return None
+        state = {**state, **self.extra, "python_random": list(random.getstate())}
+        path = save_checkpoint(self.out / "checkpoints" / f"step-{self.saved_step:08d}",
+                               self.model, self.optimizer, state=state, rng=rngs,
+                               scaler=self.scaler)
+        for old in list_checkpoints(self.out)[:-self.keep]:
+            shutil.rmtree(old)
+        return path
+
+    def save_on_interrupt(self, stop: KeyboardInterrupt, state: dict[str, Any],
+                          rng: dict[str, torch.Tensor]) -> None:
+        """Save `state` after Ctrl-C or SIGTERM (`stop`), and say where it went (rank 0).
+
+        A second interrupt during that save abandons it (no partial files are left), says
+        which complete checkpoint is the newest on disk, and re-raises the first.
+        """
+        how = signal.Signals(getattr(stop, "signum", signal.SIGINT)).name
+        try:
+            path = self.save(state, rng)
+        except KeyboardInterrupt:
+            if self.out is not None:
+                newest = latest_checkpoint(self.out)
+                tqdm.write(f"{how}, then a second interrupt during the save: the checkpoint of "
+                           f"step {state['step']} was abandoned (no partial files are left); "
+                           f"the newest complete checkpoint on disk is {newest or 'none'}")
+            raise stop from None
+        if self.out is not None:
+            tqdm.write(f"{how} at step {state['step']}: checkpoint saved to {path}; continue "
+                       f"with resume=True (--resume)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data position
+
+
+class DataPosition:
+    """Yields batches forever, epoch after epoch, and knows where it is (epoch, batches used).
+
+    The order and masks of an epoch must be a function of (loader seed, epoch): before each
+    epoch the loader gets `set_epoch(epoch)` when it has that method. Resuming skips the
+    batches already used in that epoch.
+    """
+
+    def __init__(self, loader: Iterable[Batch], epoch: int = 0, offset: int = 0):
+        self.loader, self.epoch, self.offset = loader, epoch, offset
+        self._iter: Iterator[Batch] | None = None
+
+    def _start_epoch(self) -> None:
+        if hasattr(self.loader, "set_epoch"):
+            self.loader.set_epoch(self.epoch)
+        self._iter = iter(self.loader)
+        for _ in range(self.offset):
+            next(self._iter)
+
+    def next(self) -> Batch:
+        """Return the next batch, starting the next epoch when this one is used up."""
+        # A DataLoader draws worker seeds (and a shuffling sampler its order) from torch's global
+        # generator; fork it, so fetching data never moves the dropout stream.
+        with torch.random.fork_rng(devices=[]):
+            if self._iter is None:
+                self._start_epoch()
+            try:
+                batch = next(self._iter)
+            except StopIteration:
+                if self.offset == 0:
+                    raise ValueError("the training loader is empty; it needs at least one "
+                                     "batch") from None
+                self.epoch, self.offset = self.epoch + 1, 0
+                self._start_epoch()
+                batch = next(self._iter)
+        self.offset += 1
+        return batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping on a signal
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training was stopped by a signal other than Ctrl-C; `signum` says which (e.g. SIGTERM).
+
+    A KeyboardInterrupt, so everything that handles Ctrl-C (save a checkpoint, then stop)
+    handles it the same way. The CLI exits with 128 + signum (143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into `Interrupted` for the `with` block (main thread only), then restore.
+
+    SIGTERM is what cluster schedulers, `docker stop` and `kill` send before killing: treated
+    like Ctrl-C (save, then stop) instead of dying with the steps since the last checkpoint.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

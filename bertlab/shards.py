@@ -1,0 +1,357 @@
+"""Prepared NSP examples on disk: memory-mappable .npy shards, written and read back.
+
+`prepare_shards` streams a corpus (`bertlab.streaming`) into per-split folders of shards (the
+CLI's `prepare` is `prepare_command`); `ShardExamples` reads them back lazily, as a sequence of
+examples that `bertlab.data.NspDataset` takes like the list `create_nsp_examples` returns, so a
+loader sees the same items either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from bertlab.corpus import CORPORA
+from bertlab.document import SPLITS, Document
+from bertlab.nsp import NOT_NEXT, NspExample
+from bertlab.streaming import StreamingNspBuilder, iter_documents
+from bertlab.tokenizer import load_tokenizer, train_tokenizer
+from bertlab.util import atomic_write_json, atomic_write_text, check_output_folder
+
+SHARD_FORMAT = 1
+
+
+class _ShardWriter:
+    """Collects examples of one split and writes them as .npy shards of `shard_size` examples."""
+
+    def __init__(self, folder: Path, shard_size: int, vocab_size: int) -> None:
+        self.folder, self.shard_size = folder, shard_size
+        self.dtype = np.uint16 if vocab_size <= 2**16 else np.int32
+        self.shards: list[dict[str, int]] = []
+        self.counts = {"examples": 0, "not_next": 0, "truncated": 0, "tokens_dropped": 0, "tokens": 0}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens = array("i")
+        self.lengths = array("i")
+        self.a_lens = array("i")
+        self.labels = array("b")
+        self.doc_index = array("q")
+
+    def add(self, ex: NspExample) -> None:
+        self.tokens.extend(ex.input_ids)
+        self.lengths.append(len(ex.input_ids))
+        self.a_lens.append(ex.a_len)
+        self.labels.append(ex.next_sentence_label)
+        self.doc_index.append(ex.doc_index)
+        c = self.counts
+        c["examples"] += 1
+        c["not_next"] += ex.next_sentence_label == NOT_NEXT
+        c["truncated"] += ex.truncated
+        c["tokens_dropped"] += ex.tokens_dropped
+        c["tokens"] += len(ex.input_ids)
+        if len(self.lengths) >= self.shard_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.lengths:
+            return
+        name = f"shard-{len(self.shards):05d}"
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(np.frombuffer(self.lengths, dtype=np.int32), out=offsets[1:])
+        arrays = {
+            "tokens": np.frombuffer(self.tokens, dtype=np.int32).astype(self.dtype),
+            "offsets": offsets,
+            "a_len": np.frombuffer(self.a_lens, dtype=np.int32),
+            "label": np.frombuffer(self.labels, dtype=np.int8),
+            "doc_index": np.frombuffer(self.doc_index, dtype=np.int64),
+        }
+        for key, value in arrays.items():
+            np.save(self.folder / f"{name}.{key}.npy", value)
+        self.shards.append({"name": name, "examples": len(self.lengths), "tokens": len(self.tokens)})
+        self._reset()
+
+
+def prepare_shards(
+    corpus: str | Path | Iterable[Document],
+    tokenizer: Tokenizer | str | Path,
+    out_dir: str | Path,
+    *,
+    max_seq_len: int = 128,
+    seed: int = 0,
+    shard_size: int = 100_000,
+    splits: Sequence[str] | None = ("train", "validation"),
+    short_seq_prob: float = 0.1,
+    balance: str = "exact",
+    dupe_factor: int = 1,
+    include_title: bool = False,
+    batch_docs: int = 256,
+    reservoir_docs: int = 1000,
+    batch_chars: int = 4_000_000,
+) -> dict[str, Any]:
+    """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
+
+    Streams documents (`iter_documents`: a BERT-format .txt file, a folder of .txt files, a
+    corpus name or an iterable of Documents), tokenizes them in batches and writes, per split, a
+    sub-folder `out_dir/<split>/` with `meta.json`, `docs.txt` (document ids, one per line, in
+    index order) and per shard `shard-NNNNN.{tokens,offsets,a_len,label,doc_index}.npy`: the
+    examples' [CLS] A [SEP] B [SEP] ids back to back, where each starts (n + 1 offsets), the
+    length of A, the NSP label and the document index. `splits=None` writes every document to
+    `out_dir` itself. `out_dir/tokenizer.json` is the tokenizer the ids refer to. Each split has
+    its own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
+    examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
+    reservoir and one shard; long lines and huge documents are cut as the corpus is read
+    (`bertlab.load_corpus`), and the summary and each meta.json count them under "corpus_read"
+    (long_lines_split, documents_split, folders_skipped). `tokenizer` may be a path to a saved
+    tokenizer.
+
+    Everything is checked before anything is written: the settings, the corpus path, and
+    `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
+    files are refused) and must not lie inside the corpus folder (its docs.txt would be read as
+    text next time). The shards are written into a hidden sibling folder and moved to `out_dir`
+    only when complete, so a failure midway leaves `out_dir` as it was.
+    """
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(tokenizer)
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"shard_size={shard_size!r}; pass the number of examples per shard (>= 1)")
+    if splits is not None:
+        unknown = sorted(set(splits) - set(SPLITS))
+        if unknown or not splits:
+            raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
+    out = Path(out_dir)
+    check_output_folder(out, "out_dir")
+    _check_not_inside_corpus(out, corpus, "out_dir")
+    counts: dict[str, int] = {}
+    docs = iter_documents(corpus, counts=counts)
+    names = list(splits) if splits is not None else [None]
+    settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
+                    dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
+                    reservoir_docs=reservoir_docs, batch_chars=batch_chars)
+    label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
+    builders = {
+        name: StreamingNspBuilder(tokenizer, seed=seed + 1_000_003 * k,
+                                  name=f"{label} ({name or 'all'} split)", **settings)
+        for k, name in enumerate(names)
+    }
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        summary = _write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
+                                vocab_size=tokenizer.get_vocab_size(), settings=settings,
+                                counts=counts)
+        atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
+        _publish(staging, out, "out_dir")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    summary["out_dir"] = str(out)
+    summary["tokenizer"] = str(out / "tokenizer.json")
+    return summary
+
+
+def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:
+    """Raise if `out` is, or lies inside, the corpus folder being read."""
+    if not isinstance(corpus, (str, Path)) or corpus in CORPORA or not str(corpus).strip():
+        return
+    root = Path(corpus).resolve()
+    target = out.resolve()
+    if root.is_dir() and (target == root or target.is_relative_to(root)):
+        raise ValueError(
+            f"{flag} {out} is inside the corpus folder '{corpus}'; its docs.txt would be read as "
+            f"text the next time the corpus is read: choose a folder outside the corpus "
+            f"(nothing was written)"
+        )
+
+
+def _write_shards(
+    docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path, *,
+    shard_size: int, seed: int, vocab_size: int, settings: dict[str, Any],
+    counts: dict[str, int],
+) -> dict[str, Any]:
+    """Return the summary after writing each split's shards, docs.txt and (last) meta.json."""
+    writers: dict[str | None, _ShardWriter] = {}
+    with contextlib.ExitStack() as stack:
+        doc_files = {}
+        for name in builders:
+            split_folder = folder / name if name else folder
+            split_folder.mkdir(exist_ok=True)
+            writers[name] = _ShardWriter(split_folder, shard_size, vocab_size)
+            # Streamed as documents come (ids are not held in memory); the file only becomes
+            # visible when the finished folder is moved into place.
+            doc_files[name] = stack.enter_context(
+                open(split_folder / "docs.txt", "w", encoding="utf-8"))  # noqa: SIM115
+        skipped = 0
+        for doc in docs:
+            name = doc.split if None not in builders else None
+            if name not in builders:
+                skipped += 1
+                continue
+            builder = builders[name]
+            for ex in builder.add(doc):
+                writers[name].add(ex)
+            doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
+        summary: dict[str, Any] = {"documents_not_in_splits": skipped, "corpus_read": dict(counts),
+                                   "splits": {}}
+        for k, (name, builder) in enumerate(builders.items()):
+            writer = writers[name]
+            for ex in builder.finish():
+                writer.add(ex)
+            writer.flush()
+            doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
+            doc_files[name].close()
+            meta = {
+                "format": SHARD_FORMAT, "split": name, "seed": seed + 1_000_003 * k,
+                "vocab_size": vocab_size, "dtype": np.dtype(writer.dtype).name,
+                "documents": builder.seen,
+                "one_sentence_docs_skipped": builder.builder.one_sentence_docs_skipped,
+                **settings, **writer.counts, "shards": writer.shards,
+                "corpus_read": dict(counts),
+            }
+            atomic_write_json(writer.folder / "meta.json", meta)
+            summary["splits"][name or "all"] = meta
+    return summary
+
+
+def _publish(staging: Path, out: Path, flag: str) -> None:
+    """Move the finished shard folder `staging` to `out` (missing or empty), meta.json last."""
+    check_output_folder(out, flag)  # nothing may have appeared there while the shards were written
+    if not out.exists():
+        os.replace(staging, out)
+        return
+    # An existing empty folder (made by hand, or holding a lock) stays: the content moves in,
+    # meta.json and train/ last, so the folder never looks like complete shards too early.
+    for entry in sorted(staging.iterdir(), key=lambda e: (e.name in ("meta.json", "train"), e.name)):
+        os.replace(entry, out / entry.name)
+    staging.rmdir()
+
+
+def prepare_command(
+    corpus: str | Path,
+    out: str | Path,
+    tokenizer: str | Path | None = None,
+    *,
+    max_seq_len: int = 128,
+    seed: int = 0,
+    vocab_size: int = 8192,
+    **options: Any,
+) -> dict[str, Any]:
+    """Return the `prepare_shards` summary after writing shards and `out/tokenizer.json` (for the CLI).
+
+    `tokenizer`: a saved tokenizer (file or folder), or None to train a WordPiece vocabulary of
+    `vocab_size` on the corpus first (see `bertlab.train_tokenizer` for what that reads; pass a
+    trained tokenizer for corpora of many GB). The tokenizer used is saved next to the shards, so
+    later steps (pretraining, export) find the vocabulary the ids refer to. `out` and the corpus
+    path are checked before the tokenizer is trained, so a wrong `--out` fails at once.
+    `options` go to `prepare_shards` (shard_size, splits, short_seq_prob, balance, ...).
+    """
+    out = Path(out)
+    check_output_folder(out, "--out")
+    _check_not_inside_corpus(out, corpus, "--out")
+    if tokenizer is None:
+        tok = train_tokenizer(iter_documents(corpus), vocab_size=vocab_size)
+    else:
+        iter_documents(corpus)  # checks the corpus path before any work
+        tok = load_tokenizer(tokenizer)
+    return prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
+
+
+def shard_folder(path: str | Path, split: str | None) -> Path:
+    """Return the folder holding the shards of `split` under `path` (see `prepare_shards`)."""
+    path = Path(path)
+    if split is not None and (path / split / "meta.json").is_file():
+        return path / split
+    if (path / "meta.json").is_file():
+        held = json.loads((path / "meta.json").read_text(encoding="utf-8"))["split"]
+        # A folder prepared with splits=None holds every document: fine for training, but it
+        # has no held-out part to offer as validation.
+        if split is None or held == split or (held is None and split == "train"):
+            return path
+        raise ValueError(
+            f"shard folder '{path}' holds the {held or 'whole corpus (no split)'} part, "
+            f"not {split!r}; pass the parent folder or the matching split"
+        )
+    raise ValueError(
+        f"'{path}' has no shards for split {split!r} (no meta.json); write them with "
+        f"bertlab.shards.prepare_shards or `python -m bertlab prepare`"
+    )
+
+
+class ShardExample(NamedTuple):
+    """One example as the shards hold it: its ids, the length of A, its NSP label, its document."""
+
+    input_ids: np.ndarray
+    a_len: int
+    next_sentence_label: int
+    doc_index: int
+
+
+class ShardExamples(Sequence):
+    """Return `ShardExample`s, read lazily from a shard folder written by `prepare_shards`.
+
+    A sequence like the list `create_nsp_examples` returns (give it to `bertlab.data.NspDataset`).
+    Arrays are memory-mapped on first use in each process (DataLoader workers open their own),
+    so it costs almost no memory however large the corpus. `meta` is the folder's meta.json.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        meta_path = self.folder / "meta.json"
+        if not meta_path.is_file():
+            raise ValueError(f"'{folder}' has no meta.json; it is not a shard folder from prepare_shards")
+        self.meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if self.meta.get("format") != SHARD_FORMAT:
+            raise ValueError(
+                f"shard folder '{folder}' has format {self.meta.get('format')!r}; this bertlab "
+                f"reads format {SHARD_FORMAT}: prepare the shards again"
+            )
+        self.starts = np.cumsum([0] + [s["examples"] for s in self.meta["shards"]])
+        self._arrays: list[dict[str, np.ndarray]] | None = None
+        self._doc_ids: list[str] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_arrays"] = None  # memory maps are reopened in the worker, never pickled
+        state["_doc_ids"] = None
+        return state
+
+    def _open(self) -> list[dict[str, np.ndarray]]:
+        if self._arrays is None:
+            self._arrays = [
+                {key: np.load(self.folder / f"{s['name']}.{key}.npy", mmap_mode="r")
+                 for key in ("tokens", "offsets", "a_len", "label", "doc_index")}
+                for s in self.meta["shards"]
+            ]
+        return self._arrays
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _locate(self, index: int) -> tuple[dict[str, np.ndarray], int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"example {index} is out of range; the shards hold {len(self)}")
+        shard = int(np.searchsorted(self.starts, index, side="right")) - 1
+        return self._open()[shard], index - int(self.starts[shard])
+
+    def __getitem__(self, index: int) -> ShardExample:
+        arrays, i = self._locate(index)
+        return ShardExample(arrays["tokens"][arrays["offsets"][i] : arrays["offsets"][i + 1]],
+                            int(arrays["a_len"][i]), int(arrays["label"][i]),
+                            int(arrays["doc_index"][i]))
+
+    def doc_id(self, index: int) -> str:
+        """Return the id of the document example `index` came from."""
+        if self._doc_ids is None:
+            self._doc_ids = (self.folder / "docs.txt").read_text(encoding="utf-8").splitlines()
+        return self._doc_ids[self[index].doc_index]

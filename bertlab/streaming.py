@@ -1,0 +1,181 @@
+"""NSP examples from a stream of documents, with memory bounded however large the corpus.
+
+`iter_documents` reads a corpus one document at a time; `StreamingNspBuilder` tokenizes them a
+batch at a time and builds NSP pairs (`bertlab.nsp.PairBuilder`, the same recipe as
+`create_nsp_examples`), drawing NotNext B from the current batch or from a reservoir sample of
+earlier documents. `bertlab.shards.prepare_shards` writes what it yields to disk.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from bertlab.corpus import iter_corpus
+from bertlab.document import Document
+from bertlab.nsp import NspExample, PairBuilder, check_nsp_settings
+from bertlab.tokenizer import encode_sentences, special_ids
+
+
+def iter_documents(
+    source: str | Path | Iterable[Document], *, counts: dict[str, int] | None = None
+) -> Iterator[Document]:
+    """Return an iterator over Documents, one at a time, without reading the corpus into memory.
+
+    `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
+    a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks); a
+    path is checked now, and `counts` collects what reading it cut (see `iter_corpus`).
+    """
+    if isinstance(source, (str, Path)):
+        return iter_corpus(source, counts=counts)
+    return iter(source)
+
+
+class _PackedDoc:
+    """A document's sentences stored compactly (one int32 array + offsets), list-like for PairBuilder."""
+
+    __slots__ = ("tokens", "offsets")
+
+    def __init__(self, sentences: list[list[int]]) -> None:
+        self.offsets = np.cumsum([0] + [len(s) for s in sentences], dtype=np.int64)
+        self.tokens = np.fromiter((t for s in sentences for t in s), dtype=np.int32,
+                                  count=int(self.offsets[-1]))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+
+class StreamingNspBuilder:
+    """Turns a stream of documents into NSP examples, holding only a bounded window in memory.
+
+    Documents are tokenized a batch at a time: `batch_docs` documents, or fewer once they hold
+    `batch_chars` characters of sentences. The tokenizer's memory grows with the characters of a
+    batch; 256 news articles or web pages hold well under the default 4 million, so the
+    character limit only cuts batches of long documents (books, up to
+    `bertlab.corpus.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few hundred MB.
+    NotNext B comes from the other documents of the current batch or from a reservoir of at
+    most `reservoir_docs` earlier documents (kept by reservoir sampling, so it is a uniform
+    sample of everything seen so far; a reservoir entry keeps at most `16 * max_seq_len` tokens
+    of its document, a random window of whole sentences). B never comes from A's own document.
+    Memory: one batch plus the reservoir (and the ids of documents not yet taken with
+    `take_doc_ids`).
+    """
+
+    def __init__(
+        self, tokenizer: Tokenizer, *, max_seq_len: int = 128, short_seq_prob: float = 0.1,
+        seed: int = 0, balance: str = "exact", dupe_factor: int = 1, include_title: bool = False,
+        batch_docs: int = 256, reservoir_docs: int = 1000, batch_chars: int = 4_000_000,
+        name: str = "corpus",
+    ) -> None:
+        check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+        if batch_docs < 2 or reservoir_docs < 1 or batch_chars < 1:
+            raise ValueError(
+                f"batch_docs={batch_docs}, reservoir_docs={reservoir_docs}, "
+                f"batch_chars={batch_chars}; pass batch_docs >= 2, reservoir_docs >= 1 and "
+                f"batch_chars >= 1"
+            )
+        self.tokenizer, self.include_title, self.name = tokenizer, include_title, name
+        self.batch_docs, self.reservoir_docs, self.dupe_factor = batch_docs, reservoir_docs, dupe_factor
+        self.batch_chars = batch_chars
+        self.window_tokens = 16 * max_seq_len
+        self.rng = random.Random(seed)
+        self.builder = PairBuilder(special_ids(tokenizer), max_seq_len=max_seq_len,
+                                   short_seq_prob=short_seq_prob, balance=balance, rng=self.rng)
+        self.reservoir: list[tuple[int, _PackedDoc]] = []
+        self.seen = 0  # documents with text so far; also the next document index
+        self.doc_ids: list[str] = []  # ids of the documents indexed since the last take_doc_ids
+        self.pending: list[Document] = []
+        self.pending_chars = 0
+
+    def add(self, doc: Document) -> Iterator[NspExample]:
+        """Queue a document; yield the examples of a batch when one is full."""
+        self.pending.append(doc)
+        self.pending_chars += sum(len(s) for s in doc.sentences)
+        if self.include_title and doc.title:
+            self.pending_chars += len(doc.title)
+        if len(self.pending) >= self.batch_docs or self.pending_chars >= self.batch_chars:
+            yield from self._flush()
+
+    def take_doc_ids(self) -> list[str]:
+        """Return the ids of the documents indexed since the last call, in index order, and forget them.
+
+        Document index i of the examples is the i-th id over all calls (what docs.txt lists).
+        """
+        ids, self.doc_ids = self.doc_ids, []
+        return ids
+
+    def finish(self) -> Iterator[NspExample]:
+        """Yield the examples of the last, partial batch; raise if the stream had < 2 documents."""
+        yield from self._flush(final=True)
+
+    def _window(self, sents: list[list[int]]) -> list[list[int]]:
+        total = sum(len(s) for s in sents)
+        if total <= self.window_tokens:
+            return sents
+        first = self.rng.randint(0, len(sents) - 1)
+        end, size = first, 0
+        while end < len(sents) and (size == 0 or size + len(sents[end]) <= self.window_tokens):
+            size += len(sents[end])
+            end += 1
+        return sents[first:end]
+
+    def _flush(self, final: bool = False) -> Iterator[NspExample]:
+        docs, self.pending, self.pending_chars = self.pending, [], 0
+        texts, counts = [], []
+        for doc in docs:
+            sents = ([doc.title] if self.include_title and doc.title else []) + list(doc.sentences)
+            texts.extend(sents)
+            counts.append(len(sents))
+        ids = encode_sentences(self.tokenizer, texts) if texts else []
+        batch: list[tuple[int, str, list[list[int]]]] = []
+        pos = 0
+        for doc, n in zip(docs, counts, strict=True):
+            sents = [s for s in ids[pos : pos + n] if s]
+            pos += n
+            if sents:
+                batch.append((self.seen, doc.id, sents))
+                self.doc_ids.append(doc.id)
+                self.seen += 1
+        if final and self.seen < 2:
+            what = "no document with text" if self.seen == 0 else "1 document"
+            raise ValueError(
+                f"{self.name} has {what}; NSP needs at least 2 (negatives come from other documents)"
+            )
+        pool = self.reservoir + [(d, sents) for d, _, sents in batch]
+        slot = {d: i for i, (d, _) in enumerate(pool)}
+
+        def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Any]:
+            k = rng.randint(0, len(pool) - 2)  # uniform over the pool minus A's own document
+            if k >= slot[doc_index]:
+                k += 1
+            return pool[k]
+
+        for _ in range(self.dupe_factor):
+            for d, doc_id, sents in batch:
+                yield from self.builder.document(d, doc_id, sents, pick_other)
+        for d, _, sents in batch:  # reservoir sampling (Algorithm R) over all documents so far
+            if len(self.reservoir) < self.reservoir_docs:
+                self.reservoir.append((d, _PackedDoc(self._window(sents))))
+            else:
+                j = self.rng.randint(0, d)
+                if j < self.reservoir_docs:
+                    self.reservoir[j] = (d, _PackedDoc(self._window(sents)))
+
+
+def stream_nsp_examples(
+    source: str | Path | Iterable[Document], tokenizer: Tokenizer, **options: Any
+) -> Iterator[NspExample]:
+    """Yield NSP examples from a stream of documents (`StreamingNspBuilder` options), memory bounded.
+    """
+    builder = StreamingNspBuilder(tokenizer, **options)
+    for doc in iter_documents(source):
+        yield from builder.add(doc)
+    yield from builder.finish()

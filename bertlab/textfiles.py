@@ -1,0 +1,339 @@
+"""Your own text files as `Document`s, read in bounded memory: a folder of .txt files or one BERT-format file.
+
+Files are read in blocks; a line longer than `MAX_LINE_CHARS` is cut at sentence ends or spaces,
+and a document longer than `MAX_DOC_CHARS` is split into parts that keep the whole document's
+split. Each cut raises a warning naming the file and counts in `READ_COUNTS`; no text is dropped.
+Sub-folders holding bertlab's own output (runs, shards, exports) are skipped.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertlab.document import Document, split_of
+from bertlab.sentences import SENTENCE_END, paragraph_sentences, paragraphs, split_sentences
+from bertlab.util import describe_kind, folder_kind
+
+# Budgets that keep reading your own text bounded in memory, whatever the files hold.
+#
+# A line longer than MAX_LINE_CHARS (a sentence in BERT format, a paragraph in a folder file) is
+# cut. 10,000 characters are about 2,000 WordPiece tokens of English, four times the longest
+# example BERT trains on (512 tokens), so no real sentence or paragraph is cut; a longer line is
+# text whose line breaks were lost, and tokenizing it as one "sentence" costs far more memory
+# than the same text as sentences, only for NSP to keep one example's worth of it.
+#
+# A document longer than MAX_DOC_CHARS (a book, a dump without document breaks) is split into
+# parts of about that size at paragraph (folder file) or sentence (BERT format) boundaries. A
+# million characters is a long novel, far beyond a news article or a Wikipedia page, so normal
+# corpora never meet it; a part boundary costs at most one IsNext pair. Parts keep the split of
+# the whole document, so no text of one document is both trained on and held out.
+MAX_LINE_CHARS = 10_000
+MAX_DOC_CHARS = 1_000_000
+# Files are read in blocks of this many bytes: large enough that the Python loop is cheap.
+_BLOCK_BYTES = 1 << 20
+# What `iter_corpus` counts into its `counts` dict.
+READ_COUNTS = ("long_lines_split", "documents_split", "folders_skipped")
+# Sub-folders of a corpus folder that hold bertlab's own output, never training text.
+ARTEFACT_KINDS = ("run", "shards", "hf", "checkpoint")
+
+
+def decode_utf8(data: bytes, name: str, errors: str, offset: int = 0) -> str:
+    """Return `data` decoded as UTF-8; `offset` is where `data` starts in the file (for the error)."""
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"file '{name}' is not valid UTF-8 at byte offset {offset + exc.start} "
+            f"(bytes {data[exc.start:exc.start + 4]!r}); convert it to UTF-8, or pass "
+            f"errors='replace' to load it with U+FFFD in place of the bad bytes"
+        ) from None
+
+
+def _read_text(path: Path, errors: str) -> str:
+    return decode_utf8(path.read_bytes(), str(path), errors)
+
+
+def document_from_text(doc_id: str, raw: str, label: str | None, title_first_line: bool) -> Document:
+    """Return the `Document` of one whole file's text (any line ends; the first line as title if asked)."""
+    raw = raw.replace("\r\n", "\n").replace("\r", "\n").strip()
+    title = None
+    body = raw
+    if title_first_line:
+        first, _, rest = raw.partition("\n")
+        title, body = first.strip() or None, rest.strip()
+    return Document(id=doc_id, text=body, sentences=split_sentences(body), label=label, title=title)
+
+
+def _document_part(
+    doc_id: str, part: int, sentences: list[str], text: str, label: str | None = None
+) -> Document:
+    """Return part `part` (1, 2, ...; 0 = the whole) of document `doc_id`, in the split of the whole."""
+    return Document(id=f"{doc_id}#{part}" if part else doc_id, text=text, sentences=sentences,
+                    label=label, split=split_of(doc_id))
+
+
+@dataclass
+class _FileReport:
+    """What reading one file had to cut (`iter_corpus` warns about it and counts it)."""
+
+    lines_cut: int = 0
+    documents_split: int = 0
+
+
+def _note_cuts(path: Path, report: _FileReport, counts: dict[str, int]) -> None:
+    counts["long_lines_split"] += report.lines_cut
+    counts["documents_split"] += report.documents_split
+    cuts = []
+    if report.lines_cut:
+        cuts.append(f"{report.lines_cut:,} line(s) longer than {MAX_LINE_CHARS:,} characters were "
+                    f"cut at sentence ends or spaces")
+    if report.documents_split:
+        cuts.append(f"{report.documents_split:,} document(s) longer than {MAX_DOC_CHARS:,} "
+                    f"characters were split into parts (ids ending in #1, #2, ...; each part "
+                    f"keeps its document's split)")
+    if cuts:
+        warnings.warn(f"corpus file '{path}': " + "; ".join(cuts) + "; no text was dropped. Add "
+                      "line breaks (or blank lines between documents) to avoid this",
+                      stacklevel=2)
+
+
+def _utf8_tail(data: bytes) -> int:
+    """Return how many bytes at the end of `data` begin a UTF-8 character that is not complete."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return 0
+        if byte >= 0xC0:  # the lead byte says how long its character is
+            length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return back if length > back else 0
+    return 0
+
+
+def _cut_point(line: str, start: int, limit: int) -> int:
+    """Return where to end the piece of `line` that begins at `start` (at most `limit` characters).
+
+    After the last sentence end in the second half of the window, else at its last space, else
+    (no space: a run of Chinese without punctuation, a base64 blob) right at the limit.
+    """
+    low, end = start + limit // 2, start + limit
+    cut = 0
+    # endpos one past the window lets the lookahead see the space after a final full stop.
+    for match in SENTENCE_END.finditer(line, low, end + 1):
+        if match.end() <= end:
+            cut = match.end()
+    if cut:
+        return cut
+    space = max(line.rfind(ch, low, end) for ch in " \t\u3000")
+    return space if space > low else end
+
+
+def _iter_lines(
+    path: Path, errors: str, report: _FileReport, *, universal_newlines: bool
+) -> Iterator[tuple[str, bool]]:
+    """Yield (line, cut) for each line of a UTF-8 file, read in blocks of `_BLOCK_BYTES` bytes.
+
+    Lines come without their "\n"; with `universal_newlines`, "\r\n" and a lone "\r" end lines
+    too (as `document_from_text` reads a whole file). A line longer than `MAX_LINE_CHARS` comes
+    in pieces of at most that many characters (`_cut_point`), each with cut=True, and counts in
+    `report.lines_cut`. So the memory held is one block plus one piece, however long the line.
+    """
+    limit = MAX_LINE_CHARS
+    pending = ""  # the start of a line whose end has not been read yet
+    pending_cut = False  # pieces of the pending line were yielded already
+    carry = b""  # the first bytes of a character that the block boundary split
+    offset = 0  # where `carry` starts in the file
+    with path.open("rb") as handle:
+        while True:
+            block = handle.read(_BLOCK_BYTES)
+            final = not block
+            data = carry + block
+            keep = 0 if final else _utf8_tail(data)
+            text = pending + decode_utf8(data[: len(data) - keep], str(path), errors, offset)
+            offset += len(data) - keep
+            carry = data[len(data) - keep :]
+            held_cr = ""
+            if universal_newlines:
+                if not final and text.endswith("\r"):  # a "\r\n" may be split by the block end
+                    text, held_cr = text[:-1], "\r"
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+            lines = text.split("\n")
+            pending = "" if final else lines.pop() + held_cr
+            for i, line in enumerate(lines):
+                continues_cut = pending_cut and i == 0
+                if len(line) <= limit and not continues_cut:
+                    yield line, False
+                    continue
+                if not continues_cut:
+                    report.lines_cut += 1
+                start = 0
+                while len(line) - start > limit:
+                    cut = _cut_point(line, start, limit)
+                    yield line[start:cut], True
+                    start = cut
+                yield line[start:], True
+            if lines:
+                pending_cut = False
+            if len(pending) > limit:
+                if not pending_cut:
+                    report.lines_cut += 1
+                    pending_cut = True
+                start = 0
+                while len(pending) - start > limit:
+                    cut = _cut_point(pending, start, limit)
+                    yield pending[start:cut], True
+                    start = cut
+                pending = pending[start:]
+            if final:
+                return
+
+
+def _txt_files(folder: Path, skipped: list[str], counts: dict[str, int]) -> Iterator[Path]:
+    """Yield the .txt files under `folder` in sorted path order, skipping bertlab's own folders.
+
+    The walk visits each folder's entries sorted by name, which is exactly the order of
+    `sorted(folder.rglob("*.txt"))`, without holding the whole tree's listing; like `rglob`, it
+    does not follow links to folders. A sub-folder that `folder_kind` recognises as a run,
+    shards, a Hugging Face export or a checkpoint is skipped with a warning: its files (docs.txt,
+    vocab.txt) are bertlab's output, and reading them back would make them training text.
+    """
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda entry: os.path.normcase(entry.name))
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.is_dir() and not entry.is_symlink():
+            kind = folder_kind(path)
+            if kind in ARTEFACT_KINDS:
+                skipped.append(f"'{path}' ({describe_kind(kind)})")
+                counts["folders_skipped"] += 1
+                warnings.warn(f"corpus folder: skipped '{path}': it holds {describe_kind(kind)}, "
+                              f"not text; move it out of the corpus folder to silence this",
+                              stacklevel=2)
+                continue
+            yield from _txt_files(path, skipped, counts)
+        elif fnmatch.fnmatch(entry.name, "*.txt") and entry.is_file():
+            yield path
+
+
+def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[Document]:
+    """Yield one document per .txt file under `folder` (id: the relative path, label: the sub-folder).
+
+    A file of more than MAX_DOC_CHARS bytes streams and may come in parts (`_iter_long_file`).
+    A file without a sentence, and a folder without a .txt file, are errors.
+    """
+    skipped: list[str] = []
+    found = False
+    for path in _txt_files(folder, skipped, counts):
+        found = True
+        rel = path.relative_to(folder).with_suffix("").as_posix()
+        label = path.parent.name if path.parent != folder else None
+        report = _FileReport()
+        if path.stat().st_size <= MAX_DOC_CHARS:  # n bytes of UTF-8 are at most n characters
+            docs: Iterable[Document] = [
+                document_from_text(rel, _read_text(path, errors), label, title_first_line=False)
+            ]
+        else:
+            docs = _iter_long_file(path, rel, label, errors, report)
+        for doc in docs:
+            if not doc.sentences:
+                raise ValueError(
+                    f"document '{path}' has no sentences (the file is empty or only whitespace); "
+                    f"delete it or put text in it"
+                )
+            yield doc
+        _note_cuts(path, report, counts)
+    if not found:
+        also = f" (skipped {', '.join(skipped)})" if skipped else ""
+        raise ValueError(
+            f"corpus folder '{folder}' has no .txt files{also}; put one document per .txt file "
+            f"in it"
+        )
+
+
+def _iter_long_file(
+    path: Path, rel: str, label: str | None, errors: str, report: _FileReport
+) -> Iterator[Document]:
+    """Yield the documents of a folder file too large to read whole (more than MAX_DOC_CHARS bytes).
+
+    The file streams line by line (`_iter_lines`); paragraphs (`paragraphs`) collect into a
+    document until it holds MAX_DOC_CHARS characters, which is then yielded as a part (ids
+    "rel#1", "rel#2", ..., all in the split of "rel"). Cutting between paragraphs gives the same
+    sentences as splitting the whole text. Text that fits in one document after all (multi-byte
+    characters) gives exactly the document `document_from_text` makes of the whole file.
+    """
+    raw_lines: list[str] = []  # the file as read, while it may still fit in one document
+    raw_chars = 0
+    keep_raw = True
+
+    def lines() -> Iterator[str]:
+        nonlocal raw_chars, keep_raw
+        for line, _ in _iter_lines(path, errors, report, universal_newlines=True):
+            if keep_raw:
+                raw_lines.append(line)
+                raw_chars += len(line) + 1
+                if raw_chars > 2 * MAX_DOC_CHARS:  # mostly blank lines: give the copy up
+                    keep_raw = False
+                    raw_lines.clear()
+            yield line
+
+    texts: list[str] = []
+    sentences: list[str] = []
+    chars = part = 0
+    for paragraph, use_zh in paragraphs(lines(), "auto", MAX_LINE_CHARS):
+        if chars >= MAX_DOC_CHARS:
+            part += 1
+            yield _document_part(rel, part, sentences, "\n".join(texts), label)
+            texts, sentences, chars = [], [], 0
+            keep_raw = False
+            raw_lines.clear()
+        texts.append(paragraph)
+        sentences.extend(paragraph_sentences(paragraph, use_zh))
+        chars += len(paragraph)
+    if part:
+        report.documents_split += 1
+        yield _document_part(rel, part + 1, sentences, "\n".join(texts), label)
+    elif keep_raw and not report.lines_cut:
+        yield document_from_text(rel, "\n".join(raw_lines), label, title_first_line=False)
+    else:
+        yield _document_part(rel, 0, sentences, "\n".join(texts), label)
+
+
+def iter_bert_file(path: Path, errors: str, counts: dict[str, int]) -> Iterator[Document]:
+    """Yield the documents of a file in BERT's pretraining format, with ids "name/0", "name/1", ...
+
+    The format of Google's create_pretraining_data.py: one sentence per line, a blank line
+    between documents. Read in blocks (`_iter_lines`), so a file larger than memory streams; documents are numbered
+    in order. A line longer than MAX_LINE_CHARS is not one sentence: it comes in pieces, each
+    split into sentences with `split_sentences`. A document longer than MAX_DOC_CHARS is yielded
+    in parts at sentence boundaries (ids "name/3#1", "name/3#2", ..., all in the split of "name/3").
+    """
+    report = _FileReport()
+    sentences: list[str] = []
+    chars = index = part = 0
+    for line, cut in _iter_lines(path, errors, report, universal_newlines=False):
+        line = line.strip()
+        if not line:
+            if cut:  # a run of spaces inside a long line is not a document break
+                continue
+            if sentences:
+                yield _document_part(f"{path.stem}/{index}", part + 1 if part else 0, sentences,
+                                     "\n".join(sentences))
+                sentences, chars, index, part = [], 0, index + 1, 0
+            continue
+        for sentence in split_sentences(line) if cut else [line]:
+            if chars >= MAX_DOC_CHARS:
+                part += 1
+                if part == 1:
+                    report.documents_split += 1
+                yield _document_part(f"{path.stem}/{index}", part, sentences, "\n".join(sentences))
+                sentences, chars = [], 0
+            sentences.append(sentence)
+            chars += len(sentence)
+    if sentences:
+        yield _document_part(f"{path.stem}/{index}", part + 1 if part else 0, sentences,
+                             "\n".join(sentences))
+    _note_cuts(path, report, counts)
