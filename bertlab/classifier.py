@@ -19,10 +19,11 @@ from bertlab.model import BertConfig, BertModel, init_weights
 class ClassificationOutput:
     """What `BertForSequenceClassification` returns."""
 
-    loss: torch.Tensor | None
+    loss: torch.Tensor | None  # the mean over the batch, as transformers reports it
     logits: torch.Tensor  # (B, num_labels)
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    loss_sum: torch.Tensor | None = None  # the sum, for a step that spans several batches
 
 
 class BertForSequenceClassification(nn.Module):
@@ -52,10 +53,12 @@ class BertForSequenceClassification(nn.Module):
                             output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions)
         logits = self.classifier(self.dropout(encoded.pooler_output))  # (B, d) -> (B, labels)
-        loss = None
-        if labels is not None:
+        loss = loss_sum = None
+        if labels is not None:  # fp32 even under autocast
             if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+                loss_sum = F.mse_loss(logits.float().squeeze(-1), labels.float(), reduction="sum")
             else:
-                loss = F.cross_entropy(logits, labels)
-        return ClassificationOutput(loss, logits, encoded.hidden_states, encoded.attentions)
+                loss_sum = F.cross_entropy(logits.float(), labels, reduction="sum")
+            loss = loss_sum / labels.numel()
+        return ClassificationOutput(loss, logits, encoded.hidden_states, encoded.attentions,
+                                    loss_sum)

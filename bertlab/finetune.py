@@ -131,9 +131,9 @@ def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor],
     The `train_loop` contract: the same gradient whether a global batch arrives whole, in
     accumulation pieces or split over processes.
     """
-    logits = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
-    loss = nn.functional.cross_entropy(logits.float(), batch["labels"], reduction="sum")
-    return loss / max(totals["sequences"], 1.0)
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                labels=batch["labels"])
+    return out.loss_sum / max(totals["sequences"], 1.0)
 
 
 def _as_classifier(source: nn.Module | BertConfig | str | Path, num_labels: int,

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -26,7 +23,12 @@ from bertlab.document import SPLITS, Document
 from bertlab.nsp import NOT_NEXT, NspExample
 from bertlab.streaming import StreamingNspBuilder, iter_documents
 from bertlab.tokenizer import load_tokenizer, train_tokenizer
-from bertlab.util import atomic_write_json, atomic_write_text, check_output_folder
+from bertlab.util import (
+    atomic_write_folder,
+    atomic_write_json,
+    atomic_write_text,
+    check_output_folder,
+)
 
 SHARD_FORMAT = 1
 
@@ -144,18 +146,18 @@ def prepare_shards(
                                   name=f"{label} ({name or 'all'} split)", **settings)
         for k, name in enumerate(names)
     }
-    target = out.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        summary = _write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
-                                vocab_size=tokenizer.get_vocab_size(), settings=settings,
-                                counts=counts)
+    summary: dict[str, Any] = {}
+
+    def write(staging: Path) -> None:
+        summary.update(_write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
+                                     vocab_size=tokenizer.get_vocab_size(), settings=settings,
+                                     counts=counts))
         atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
-        _publish(staging, out, "out_dir")
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        check_output_folder(out, "out_dir")  # nothing may have appeared there in the meantime
+
+    # Built in a hidden sibling and moved into place whole; an empty `out` (made by hand, or
+    # holding the CLI's lock) stays, and meta.json and train/ arrive last.
+    atomic_write_folder(out.resolve(), write, fill_empty=True, last=("meta.json", "train"))
     summary["out_dir"] = str(out)
     summary["tokenizer"] = str(out / "tokenizer.json")
     return summary
@@ -222,19 +224,6 @@ def _write_shards(
             atomic_write_json(writer.folder / "meta.json", meta)
             summary["splits"][name or "all"] = meta
     return summary
-
-
-def _publish(staging: Path, out: Path, flag: str) -> None:
-    """Move the finished shard folder `staging` to `out` (missing or empty), meta.json last."""
-    check_output_folder(out, flag)  # nothing may have appeared there while the shards were written
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    # An existing empty folder (made by hand, or holding a lock) stays: the content moves in,
-    # meta.json and train/ last, so the folder never looks like complete shards too early.
-    for entry in sorted(staging.iterdir(), key=lambda e: (e.name in ("meta.json", "train"), e.name)):
-        os.replace(entry, out / entry.name)
-    staging.rmdir()
 
 
 def prepare_command(

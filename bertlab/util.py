@@ -80,7 +80,8 @@ def atomic_write_json(path: str | Path, obj: Any) -> Path:
 
 
 def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
-                        sweep_stale: bool = False) -> Path:
+                        sweep_stale: bool = False, fill_empty: bool = False,
+                        last: tuple[str, ...] = ()) -> Path:
     """Return `path` after `write(staging)` built the folder in a hidden sibling, moved into place.
 
     `write` fills a fresh staging folder next to `path` (`.{name}.{random}.tmp`); its files are
@@ -89,7 +90,9 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     (a crash, a full disk, Ctrl-C), the staging folder is deleted and `path` is untouched.
     Ctrl-C and SIGTERM wait while the renames run. `sweep_stale=True` also deletes the staging
     folders that killed writers left in the same parent: only for a parent bertlab owns (a run's
-    checkpoints/), never for a folder of the user's.
+    checkpoints/), never for a folder of the user's. `fill_empty=True` keeps an existing `path`
+    that holds nothing (or only a lock, `folder_kind` "empty"): the content moves into it, the
+    entries named in `last` at the end, so the folder never looks complete too early.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +105,11 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
             fsync_path(item)
         fsync_path(staging)
         with _signals_deferred():
-            if path.exists():
+            if fill_empty and folder_kind(path) == "empty":
+                for entry in sorted(staging.iterdir(), key=lambda e: (e.name in last, e.name)):
+                    os.replace(entry, path / entry.name)
+                staging.rmdir()
+            elif path.exists():
                 aside = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
                 os.replace(path, aside)
                 os.replace(staging, path)
