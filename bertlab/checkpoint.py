@@ -250,7 +250,8 @@ def _load_optimizer(path: Path, optimizer: torch.optim.Optimizer,
         for key in ("fused", "foreach", "capturable", "differentiable"):
             if key in live:
                 group[key] = live[key]
-        group["betas"] = tuple(group["betas"])
+        if "betas" in group:  # JSON stored the tuple as a list; Muon's groups have none
+            group["betas"] = tuple(group["betas"])
     if len(groups) != len(optimizer.param_groups):
         raise ValueError(f"checkpoint {path} has {len(groups)} optimizer parameter groups, "
                          f"the optimizer has {len(optimizer.param_groups)}")

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
-import os
-import signal
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +21,16 @@ import torch
 from bertlab.checkpoint import check_model_folder, load_model
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
-from bertlab.demo import check_demo_folder, format_guesses, history_table, run_demo
+from bertlab.demo import DEMO_STEPS, check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.device import close_distributed, init_distributed, resolve_device
 from bertlab.document import split_documents
+from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.hf import save_hf
+from bertlab.masking import check_mask_options
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
+from bertlab.recipes import RECIPE_TRAIN_FIELDS, RECIPES, recipe
 from bertlab.resume import check_run_folder, hold_run_folder
 from bertlab.shards import prepare_command
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
@@ -121,24 +120,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
     p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
-    p.add_argument("--no-nsp", dest="nsp", action="store_false",
-                   help="train the masked-LM loss only (RoBERTa's choice; the NSP head and "
-                        "pooler stay untrained)")
+    p.add_argument("--recipe", default="course", choices=sorted(RECIPES),
+                   help="course: leaves the unigram plateau in minutes on a CPU; bert: the "
+                        "paper's recipe (15%% masking, NSP, dropout, AdamW). Flags below override "
+                        "its settings (default: course)")
+    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
+                   help="train next-sentence prediction beside masked LM; --no-nsp: masked LM "
+                        "only, the NSP head and pooler stay untrained (default: from --recipe)")
+    p.add_argument("--mlm-probability", type=float, default=None,
+                   help="share of training tokens selected as targets, then 80/10/10; "
+                        "validation is always masked BERT's way (default: from --recipe)")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
                    "folder's, or one trained on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
-    p.add_argument("--max-seq-len", type=int, default=128, help="tokens per NSP example (default: 128)")
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="tokens per NSP example (default: from --recipe)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
     model_group = p.add_argument_group("model overrides (on top of --preset)")
     probe = BertConfig.preset("tiny", vocab_size=8)  # the settings every preset shares
-    shared = ("max_position_embeddings", "hidden_dropout", "attention_dropout")
+    shared = ("max_position_embeddings",)
     _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS, {n: "from preset" for n in
-                         _MODEL_FLAGS} | {k: getattr(probe, k) for k in shared})
+                         _MODEL_FLAGS} | {k: getattr(probe, k) for k in shared} | {
+                         k: "from --recipe" for k in ("hidden_dropout", "attention_dropout")})
     train_group = p.add_argument_group("training (bertlab.TrainConfig)")
-    _add_dataclass_flags(train_group, TrainConfig, None, TrainConfig().to_dict(),
+    _add_dataclass_flags(train_group, TrainConfig, None, TrainConfig().to_dict() | {
+                         k: "from --recipe" for k in RECIPE_TRAIN_FIELDS},
                          aliases={"max_minutes": "--minutes"})
 
     p = sub.add_parser("finetune", help="fine-tune a pretrained run on a classification task",
@@ -182,12 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "a results table and plots in runs/demo/. No arguments "
                                    "needed.")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
-    p.add_argument("--minutes", type=float, default=None,
-                   help="training budget (default: 4 on CPU, 3 on a GPU)")
+    p.add_argument("--steps", type=int, default=DEMO_STEPS,
+                   help=f"pretraining steps with the course recipe (default: {DEMO_STEPS}, "
+                        f"about 4 minutes on 2 CPU cores)")
     p.add_argument("--finetune-epochs", type=float, default=3.0,
                    help="epochs of [CLS] fine-tuning on BBC topics at the end (default: 3)")
     p.add_argument("--threads", type=int, default=None,
-                   help=f"torch CPU threads (default: 1 on CPU). {_THREADS_WHY}")
+                   help="torch CPU threads (default: torch's choice)")
     return parser
 
 
@@ -260,23 +270,23 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
 
 
 def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
-                      docs: list | None, per_rank_batch: int, world: int,
-                      device_type: str) -> tuple[Any, Any]:
+                      docs: list | None, per_rank_batch: int, world: int, device_type: str,
+                      max_seq_len: int, mlm_probability: float) -> tuple[Any, Any]:
     """Return (train_loader, val_loader, or None when the corpus has no validation split)."""
     on_gpu = device_type == "cuda"
-    common = dict(batch_size=per_rank_batch, max_seq_len=args.max_seq_len, seed=args.data_seed,
-                  num_workers=args.num_workers, pad_to_multiple_of=8 if on_gpu else None,
-                  pin_memory=on_gpu)
+    common = dict(batch_size=per_rank_batch, seed=args.data_seed, num_workers=args.num_workers,
+                  pad_to_multiple_of=8 if on_gpu else None, pin_memory=on_gpu)
     source = corpus if shards else docs
-    train = pretraining_loader(source, tok, split="train",
+    train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
+                               mlm_probability=mlm_probability,
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one).
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
                       else len(split_documents(docs)["validation"]) >= 2)
-    # Shuffled with a fixed order (evaluate pins epoch 0): examples come in document order,
-    # and the first eval_batches of an unshuffled BBC split would all be business news.
-    val = (pretraining_loader(source, tok, split="validation", **common) if has_validation
-           else None)
+    # Masked BERT's way (the defaults) whatever the training masking, shuffled in a fixed order
+    # (evaluate pins epoch 0; an unshuffled BBC split starts with business).
+    val = (pretraining_loader(source, tok, split="validation", max_seq_len=max_seq_len,
+                              **common) if has_validation else None)
     return train, val
 
 
@@ -295,13 +305,21 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if k in train_fields}
     if "max_minutes" in given and "max_steps" not in given:
         given["max_steps"] = None  # --minutes alone: the time budget decides
-    config = TrainConfig(**given)
+    chosen = recipe(args.recipe)
+    config = chosen.train_config(**given)
+    max_seq_len = chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len
+    mlm_probability = (chosen.mlm_probability if args.mlm_probability is None
+                       else args.mlm_probability)
+    nsp = chosen.nsp if args.nsp is None else args.nsp
+    check_mask_options(mlm_probability=mlm_probability)
     overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
-    settings = {"max_position_embeddings": max(512, args.max_seq_len), **overrides}
+    settings = {"max_position_embeddings": max(512, max_seq_len),
+                "hidden_dropout": chosen.dropout, "attention_dropout": chosen.dropout,
+                **overrides}
     # The vocabulary size comes from the tokenizer later; every other model setting is checked now.
     probe = BertConfig.preset(args.preset, vocab_size=8, **settings)
-    if args.max_seq_len > probe.max_position_embeddings:
-        raise ValueError(f"--max-seq-len {args.max_seq_len} is longer than "
+    if max_seq_len > probe.max_position_embeddings:
+        raise ValueError(f"--max-seq-len {max_seq_len} is longer than "
                          f"--max-position-embeddings {probe.max_position_embeddings}: the model "
                          f"has no position for the tokens beyond; lower --max-seq-len or raise "
                          f"--max-position-embeddings")
@@ -323,7 +341,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     shards = folder_kind(corpus) == "shards"
     docs = None if shards else load_corpus(args.corpus)
     tok = _pretraining_tokenizer(args, out, corpus, shards, docs)
-    train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type)
+    train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type,
+                                   max_seq_len, mlm_probability)
     if val is None:
         say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
             f"evaluation")
@@ -332,15 +351,18 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
-            atomic_write_json(out / "run.json", {"args": vars(args),
+            atomic_write_json(out / "run.json", {"args": vars(args), "nsp": nsp,
+                                                 "mlm_probability": mlm_probability,
+                                                 "max_seq_len": max_seq_len,
                                                  "model": model_config.to_dict(),
                                                  "train": config.to_dict()})
         n_params = sum(p.numel() for p in model.parameters())
+        say(f"recipe: {chosen.name} ({mlm_probability:.0%} masked, "
+            f"{'MLM + NSP' if nsp else 'MLM only'}, {config.optimizer}); {chosen.summary}")
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
-        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume,
-                          nsp=args.nsp)
+        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume, nsp=nsp)
     say(history_table(result.history))
     say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
         f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
@@ -418,16 +440,16 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the whole pipeline on BBC news (`bertlab.demo`), writing a table and plots to `--out`."""
     out = Path(args.out)
-    if args.minutes is not None and not args.minutes > 0:
-        raise ValueError(f"--minutes {args.minutes:g}: pass a positive training budget in "
-                         f"minutes (or leave it out: 4 on CPU, 3 on a GPU)")
+    if args.steps < 1:
+        raise ValueError(f"--steps {args.steps}: pass a positive number of pretraining steps "
+                         f"(or leave it out: {DEMO_STEPS})")
     if not args.finetune_epochs > 0:
         raise ValueError(f"--finetune-epochs {args.finetune_epochs:g}: pass a positive number "
                          f"of fine-tuning epochs (fractions such as 0.5 work)")
     _check_threads(args.threads)
     check_demo_folder(out)
     with writing_into(out, "demo folder"):
-        run_demo(out, minutes=args.minutes, finetune_epochs=args.finetune_epochs,
+        run_demo(out, steps=args.steps, finetune_epochs=args.finetune_epochs,
                  threads=args.threads)
     return 0
 
@@ -439,62 +461,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
             "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo}
 
-# errno -> what to do about it, for OSErrors that reach main().
-_OS_ERROR_FIXES = {
-    errno.ENOSPC: "free some disk space or write to another disk; files are written whole or "
-                  "not at all, so rerun the same command (with --resume for pretrain)",
-    errno.EDQUOT: "free some space within your quota or write elsewhere, then rerun",
-    errno.EACCES: "check the permissions, or choose a path you may write to",
-    errno.EPERM: "check the permissions, or choose a path you may write to",
-    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
-    errno.ENOENT: "check the path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose a path under a folder",
-    errno.EISDIR: "it is a folder; pass a file path",
-    errno.EEXIST: "it is in the way; move it or choose another path",
-    errno.ENAMETOOLONG: "choose a shorter path",
-}
-# The machine, not the input, is at fault: exit 1 like a failed run, not 2 like a bad argument.
-_MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO}
-
-
-def _os_error_line(e: OSError) -> str:
-    fix = _OS_ERROR_FIXES.get(e.errno, "check the path and try again")
-    if e.filename is None and e.strerror and e.errno is not None and \
-            e.strerror != os.strerror(e.errno):
-        return f"error: {e.strerror}"  # bertlab's own message: it names the path and the fix
-    if e.filename is None:
-        return f"error: {e.strerror or e}; {fix}"
-    path = str(e.filename) + (f" -> {e.filename2}" if e.filename2 is not None else "")
-    return f"error: cannot use {path}: {e.strerror or e}; {fix}"
-
-
-def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-    # A warning is news for the user (a corrupt checkpoint skipped, a cache entry retrained):
-    # one line, without the source line that Python's default format adds.
-    print(f"warning: {message}", file=sys.stderr)
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Return the exit code of `python -m bertlab ARGS`: 0 success, 2 bad input (one `error:`
     line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
-    signal N (130 for Ctrl-C, 143 for SIGTERM)."""
+    signal N (130 for Ctrl-C, 143 for SIGTERM); see `bertlab.errors`."""
     args = build_parser().parse_args(argv)
-    with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
-        try:
-            return COMMANDS[args.command](args)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except FloatingPointError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        except OSError as e:
-            print(_os_error_line(e), file=sys.stderr)
-            return 1 if e.errno in _MACHINE_ERRNOS else 2
-        except KeyboardInterrupt as e:
-            # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
-            signum = int(getattr(e, "signum", signal.SIGINT))
-            print(f"stopped by {signal.Signals(signum).name} (exit code {128 + signum})",
-                  file=sys.stderr)
-            return 128 + signum
+    return run_reporting(lambda: COMMANDS[args.command](args))

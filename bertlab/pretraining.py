@@ -25,6 +25,8 @@ from bertlab.model import IGNORE_INDEX, BertForPreTraining, loss_counts
 from bertlab.tokenizer import special_ids
 from bertlab.train import Batch, TrainConfig, TrainResult, train_loop
 
+NSP_ONLY = ("bert.pooler.", "nsp.")  # the parameters only the NSP loss trains
+
 
 def pretraining_counts(batch: Batch) -> dict[str, float]:
     """Return the denominators of the pretraining loss for one batch: MLM targets and sequences."""
@@ -68,29 +70,62 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterab
     Taught in notebooks/05_pretraining.ipynb
     """
     loss_fn = pretraining_loss if nsp else functools.partial(pretraining_loss, nsp=False)
-    return train_loop(model, train_loader, config, loss_fn=loss_fn, count_fn=pretraining_counts,
-                      eval_fn=evaluate, val_loader=val_loader, out_dir=out_dir, resume=resume)
+    # Without NSP the pooler and the NSP head get no gradient: they sit the run out (so DDP does
+    # not wait for their gradients, and no optimizer state is kept for them), then rejoin.
+    idle = [] if nsp else [p for n, p in model.named_parameters()
+                           if n.startswith(NSP_ONLY) and p.requires_grad]
+    for p in idle:
+        p.requires_grad_(False)
+    try:
+        return train_loop(model, train_loader, config, loss_fn=loss_fn,
+                          count_fn=pretraining_counts, eval_fn=evaluate, val_loader=val_loader,
+                          out_dir=out_dir, resume=resume)
+    finally:
+        for p in idle:
+            p.requires_grad_(True)
+
+
+KINDS = ("mask", "random", "kept")  # what the model sees at a target: [MASK], another token, itself
+
+
+def loader_mask_id(loader: object) -> int | None:
+    """Return the [MASK] id a bertlab loader's collator uses (None for any other iterable)."""
+    special = getattr(getattr(loader, "collate_fn", None), "special", None)
+    return getattr(special, "mask", None)
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None = None, *,
-             device: torch.device | None = None, precision: str = "fp32") -> dict[str, float]:
-    """Return held-out metrics: mlm_loss, mlm_accuracy, perplexity, nsp_loss, nsp_accuracy.
+             device: torch.device | None = None, precision: str = "fp32",
+             mask_id: int | None = None) -> dict[str, float]:
+    """Return held-out metrics, led by the accuracy at [MASK] positions.
 
-    MLM loss and accuracy are over every target (not averaged per batch); perplexity is
-    exp(mlm_loss). Uses the first `max_batches` batches (all when None) of epoch 0 (a loader
-    with `set_epoch` is set to 0 first, so repeated evaluations see the same batches), in eval
-    mode.
+    A target position shows the model [MASK], a random token, or the original token ("kept").
+    Only the first asks "can it fill a blank from context?": a kept target can be copied from
+    the input. So beside `mlm_loss`/`mlm_accuracy` (all targets, as BERT's code reports them)
+    and `perplexity` (exp(mlm_loss)) come `mask_accuracy`/`mask_loss`, `random_*` and `kept_*`,
+    and the bar a model without context reaches on the same [MASK] targets:
+    `mask_unigram_accuracy` (always the most frequent of them) and `mask_unigram_loss` (their
+    unigram entropy, in nats). Then `nsp_loss` and `nsp_accuracy`. Sums run over every
+    target, not per batch. The kinds need the [MASK] id: `mask_id`, or a bertlab loader's
+    (else only the all-target and NSP figures are returned).
+
+    Uses the first `max_batches` batches (all when None) of epoch 0 (a loader with `set_epoch`
+    is set to 0 first, so repeated evaluations see the same batches and masks), in eval mode.
+    For one yardstick across recipes, build the validation loader with BERT's masking (the
+    defaults), whatever masking the training loader uses.
 
     Taught in notebooks/05_pretraining.ipynb
     """
     device = device or next(model.parameters()).device
+    mask_id = loader_mask_id(loader) if mask_id is None else mask_id
     if hasattr(loader, "set_epoch"):
         loader.set_epoch(0)
     was_training = model.training
     model.eval()
     total = dict.fromkeys(("mlm", "mlm_correct", "targets", "nsp", "nsp_correct", "sequences"),
                           0.0)
+    mask_targets: list[torch.Tensor] = []
     for i, batch in enumerate(loader):
         if max_batches is not None and i >= max_batches:
             break
@@ -98,19 +133,55 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
         with autocast_context(device, precision):
             out = model(**batch)
         labels, nsp_label = batch["labels"], batch["next_sentence_label"]
-        targets = labels[labels != IGNORE_INDEX]  # row-major: the order of out.mlm_logits' rows
+        where = labels != IGNORE_INDEX
+        targets = labels[where]  # row-major: the order of out.mlm_logits' rows
         for key, value in out.loss_sums.items():
             total[key] += value.item()
-        total["mlm_correct"] += (out.mlm_logits.argmax(-1) == targets).sum().item()
+        hit = out.mlm_logits.argmax(-1) == targets
+        total["mlm_correct"] += hit.sum().item()
         total["nsp_correct"] += (out.nsp_logits.argmax(-1) == nsp_label).sum().item()
+        if mask_id is not None:
+            shown = batch["input_ids"][where]
+            losses = F.cross_entropy(out.mlm_logits.float(), targets, reduction="none")
+            kind = {"mask": shown == mask_id, "kept": shown == targets}
+            kind["random"] = ~(kind["mask"] | kind["kept"])
+            for name, rows in kind.items():
+                total[f"{name}_n"] = total.get(f"{name}_n", 0.0) + rows.sum().item()
+                total[f"{name}_correct"] = total.get(f"{name}_correct", 0.0) + hit[rows].sum().item()
+                total[f"{name}_loss"] = total.get(f"{name}_loss", 0.0) + losses[rows].sum().item()
+            mask_targets.append(targets[kind["mask"]].cpu())
     model.train(was_training)
     if total["targets"] == 0 or total["sequences"] == 0:
         raise ValueError("evaluate: the loader gave no MLM targets or no sequences; check that "
                          "it is not empty and that it masks tokens")
     mlm_loss = total["mlm"] / total["targets"]
-    return {"mlm_loss": mlm_loss, "mlm_accuracy": total["mlm_correct"] / total["targets"],
-            "perplexity": math.exp(min(mlm_loss, 50.0)), "nsp_loss": total["nsp"] / total["sequences"],
-            "nsp_accuracy": total["nsp_correct"] / total["sequences"]}
+    metrics = {}
+    if mask_id is not None:
+        for name in KINDS:
+            n = max(total[f"{name}_n"], 1.0)
+            metrics[f"{name}_accuracy"] = total[f"{name}_correct"] / n
+            metrics[f"{name}_loss"] = total[f"{name}_loss"] / n
+        metrics.update(unigram_bar(torch.cat(mask_targets)))
+    metrics.update({"mlm_loss": mlm_loss, "mlm_accuracy": total["mlm_correct"] / total["targets"],
+                    "perplexity": math.exp(min(mlm_loss, 50.0)),
+                    "nsp_loss": total["nsp"] / total["sequences"],
+                    "nsp_accuracy": total["nsp_correct"] / total["sequences"]})
+    return metrics
+
+
+def unigram_bar(targets: torch.Tensor) -> dict[str, float]:
+    """Return the best context-free scores on `targets`: the top token's share and the entropy.
+
+    `mask_unigram_accuracy`: always guessing the most frequent of these targets;
+    `mask_unigram_loss`: the cross-entropy of guessing their own frequencies (nats). Both are
+    fitted on the targets themselves, so no model without context beats them.
+    """
+    if targets.numel() == 0:
+        return {"mask_unigram_accuracy": 0.0, "mask_unigram_loss": 0.0}
+    counts = torch.bincount(targets).double()
+    p = counts[counts > 0] / counts.sum()
+    return {"mask_unigram_accuracy": float(p.max()),
+            "mask_unigram_loss": float(-(p * p.log()).sum())}
 
 
 def unigram_baseline(train_loader: Iterable[Batch], val_loader: Iterable[Batch],

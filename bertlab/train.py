@@ -39,6 +39,7 @@ from bertlab.device import (
     to_device,
     wrap_model,
 )
+from bertlab.optim import MuonAdamW, split_for_muon
 from bertlab.resume import (
     CheckpointSaver,
     DataPosition,
@@ -63,6 +64,7 @@ def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+_DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line
 _OPTIONAL = ("max_steps", "max_minutes", "warmup_steps", "grad_clip", "eval_interval",
              "checkpoint_interval")  # the settings where None means "no limit" or "off"
 
@@ -71,17 +73,17 @@ _OPTIONAL = ("max_steps", "max_minutes", "warmup_steps", "grad_clip", "eval_inte
 class TrainConfig:
     """Every setting of the training loop, with its default.
 
-    The run stops at `max_steps` optimizer steps or after `max_minutes` of wall-clock time,
-    whichever comes first (set either or both). The learning-rate schedule runs over the same
-    budget: with a time budget the schedule follows elapsed time (as in Cramming), so for
-    bit-exact resumes set only `max_steps`. `batch_size` is the global batch of one optimizer
-    step: loader batch x `grad_accum` x number of processes.
+    The run stops at `max_steps` optimizer steps or after `max_minutes` of training time
+    (evaluations excluded), whichever comes first. The learning-rate schedule runs over the
+    same budget (with a time budget it follows elapsed time, as in Cramming; for bit-exact
+    resumes set only `max_steps`). `batch_size` is the global batch of one optimizer step.
 
     Taught in notebooks/05_pretraining.ipynb
     """
 
     max_steps: int | None = _setting(1000, "optimizer steps to run (None: no step limit)")
-    max_minutes: float | None = _setting(None, "wall-clock budget in minutes (None: no limit)")
+    max_minutes: float | None = _setting(None, "training-time budget in minutes, evaluations "
+                                                "excluded (None: no limit)")
     batch_size: int = _setting(32, "global batch per optimizer step (all micro-batches, all "
                                    "processes)")
     grad_accum: int = _setting(1, "micro-batches accumulated per optimizer step")
@@ -94,6 +96,9 @@ class TrainConfig:
                                          "LayerNorm weights)")
     betas: tuple[float, float] = _setting((0.9, 0.999), "AdamW betas")
     eps: float = _setting(1e-6, "AdamW epsilon")
+    optimizer: str = _setting("adamw", "adamw, or muon: Muon on the encoder layers' matrices, "
+                                        "AdamW on the rest (bertlab.optim)")
+    muon_lr: float = _setting(0.02, "Muon's peak learning rate (optimizer=muon)")
     grad_clip: float | None = _setting(1.0, "max global gradient norm (None: no clipping)")
     eval_interval: int | None = _setting(100, "steps between evaluations (also at step 0 and the "
                                                "end; None: only there)")
@@ -115,7 +120,7 @@ class TrainConfig:
             raise ValueError("TrainConfig needs a budget: set max_steps, max_minutes or both")
         kinds = {"positive integer": ("max_steps", "batch_size", "grad_accum", "eval_interval",
                                       "eval_batches", "checkpoint_interval", "keep_checkpoints"),
-                 "positive number": ("max_minutes", "lr", "eps", "grad_clip"),
+                 "positive number": ("max_minutes", "lr", "eps", "grad_clip", "muon_lr"),
                  "integer >= 0": ("seed", "log_interval", "warmup_steps")}
         for kind, names in kinds.items():
             for name in names:
@@ -133,7 +138,7 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
-        choices = {"schedule": ("linear", "cosine", "constant"),
+        choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "muon"),
                    "precision": ("auto", "fp32", "bf16", "fp16")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -157,23 +162,29 @@ class TrainConfig:
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig,
-                    device: torch.device | None = None) -> torch.optim.AdamW:
-    """Return AdamW with weight decay on matrices only (not on biases or LayerNorm weights).
+                    device: torch.device | None = None) -> torch.optim.Optimizer:
+    """Return the optimizer `config.optimizer` names, with weight decay on matrices only.
 
-    Every parameter with fewer than 2 dimensions (biases, LayerNorm gains and shifts, the MLM
-    output bias) is left undecayed, as in Google's BERT. On CUDA the fused kernel is used.
+    "adamw": AdamW on everything. "muon": `bertlab.optim.MuonAdamW`, Muon (peak `muon_lr`, no
+    weight decay) on the encoder layers' matrices and AdamW on the rest. Every parameter with
+    fewer than 2 dimensions (biases, LayerNorm gains and shifts, the MLM output bias) is left
+    undecayed, as in Google's BERT. On CUDA AdamW uses the fused kernel. Each group's
+    "lr_scale" is its peak over `config.lr`: the loop multiplies the scheduled lr by it.
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": config.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    if device is None:
-        device = next(model.parameters()).device
-    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps,
-                             fused=device.type == "cuda")
+    hidden, rest = split_for_muon(model) if config.optimizer == "muon" else ([], [
+        (n, p) for n, p in model.named_parameters() if p.requires_grad])
+    groups = [{"params": [p for _, p in rest if p.dim() >= 2],
+               "weight_decay": config.weight_decay, "lr_scale": 1.0},
+              {"params": [p for _, p in rest if p.dim() < 2], "weight_decay": 0.0,
+               "lr_scale": 1.0}]
+    device = next(model.parameters()).device if device is None else device
+    adamw = dict(lr=config.lr, betas=config.betas, eps=config.eps, fused=device.type == "cuda")
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, **adamw)
+    muon = [{"params": hidden, "weight_decay": 0.0, "lr_scale": config.muon_lr / config.lr}]
+    return MuonAdamW(muon, groups, muon_options=dict(lr=config.muon_lr), adamw_options=adamw)
 
 
 def _progress(step: int, config: TrainConfig, elapsed_s: float) -> float:
@@ -356,7 +367,7 @@ def train_loop(
         clock = time.perf_counter() - run.elapsed_s
         rng = rng_state(device)  # what a checkpoint stores: the RNG after the last finished step
         if evaluating and is_main and run.step == 0:
-            _evaluate(run, window, **eval_args)
+            clock += _evaluate(run, window, **eval_args)  # evaluating is not training time
         try:
             while True:
                 run.elapsed_s = from_rank0(time.perf_counter() - clock, device)
@@ -370,7 +381,7 @@ def train_loop(
                 totals = _step_totals(micro, count_fn, device)
                 lr = lr_at(run.step, config, run.elapsed_s)
                 for group in optimizer.param_groups:
-                    group["lr"] = lr
+                    group["lr"] = lr * group.get("lr_scale", 1.0)
                 step_loss = torch.zeros((), device=device)
                 for i, batch in enumerate(micro):
                     sync = ddp is None or i == len(micro) - 1  # all-reduce grads once per step
@@ -404,7 +415,8 @@ def train_loop(
                 at_end = config.max_steps is not None and run.step >= config.max_steps
                 due = config.eval_interval and run.step % config.eval_interval == 0
                 if is_main and (due or at_end):
-                    _evaluate(run, window, **eval_args)
+                    run.elapsed_s = time.perf_counter() - clock
+                    clock += _evaluate(run, window, **eval_args)
                 if config.checkpoint_interval and run.step % config.checkpoint_interval == 0:
                     checkpoint = saver.save(asdict(run), rng)
         except KeyboardInterrupt as stop:
@@ -462,10 +474,12 @@ def _progress_bar(config: TrainConfig, run: RunState, is_main: bool) -> tqdm:
 def _evaluate(run: RunState, window: _Window, *, model: nn.Module,
               val_loader: Iterable[Batch] | None, eval_fn: Callable[..., dict[str, float]] | None,
               config: TrainConfig,
-              device: torch.device, precision: str, out: Path | None) -> None:
+              device: torch.device, precision: str, out: Path | None) -> float:
     # One history row (rank 0): the step, the training loss and speed since the last row, and
     # the held-out metrics when there is an eval_fn and a val_loader; printed, and rewritten to
-    # history.json/csv.
+    # history.json/csv. Returns the seconds it took: the loop's clock (elapsed_s, the time-based
+    # schedule and budget) counts training only, however often a run evaluates.
+    start = time.perf_counter()
     row = {"step": run.step, "tokens": run.tokens, "elapsed_s": round(run.elapsed_s, 3),
            "lr": lr_at(run.step, config, run.elapsed_s),
            "train_loss": window.loss / window.steps if window.steps else None,
@@ -479,7 +493,8 @@ def _evaluate(run: RunState, window: _Window, *, model: nn.Module,
     run.history.append(row)
     window.__init__()  # a new window starts
     if config.progress:
-        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in row.items()))
+        tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
+                            row.items() if not k.startswith(_DETAIL)))  # history.json has them
     if out is not None:
         _write_history(out, run.history)
+    return time.perf_counter() - start

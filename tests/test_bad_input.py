@@ -269,8 +269,8 @@ CASES = [
     ("finetune-nan-weights", "finetune {run_nan} --methods fine-tuned",
      ["{run_nan}", "NaN or inf"]),
     # demo (all refused before the first slow step)
-    ("demo-minutes-0", "demo --out {root}/new --minutes 0", ["--minutes 0"]),
-    ("demo-minutes-negative", "demo --out {root}/new --minutes -1", ["--minutes -1"]),
+    ("demo-steps-0", "demo --out {root}/new --steps 0", ["--steps 0"]),
+    ("demo-steps-negative", "demo --out {root}/new --steps -1", ["--steps -1"]),
     ("demo-threads-0", "demo --out {root}/new --threads 0", ["--threads 0"]),
     ("demo-finetune-epochs-0", "demo --out {root}/new --finetune-epochs 0",
      ["--finetune-epochs 0"]),
@@ -477,7 +477,7 @@ def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_p
         real(tmp, *args)  # the save it triggers is half written when the second one comes
         raise KeyboardInterrupt
 
-    def first_interrupt_then_save(model, batch, totals):
+    def first_interrupt_then_save(model, batch, totals, **_):
         ctrl_c_twice(None)
 
     monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files", ctrl_c_twice)

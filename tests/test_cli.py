@@ -12,6 +12,7 @@ import pytest
 from bertlab import cli
 from bertlab.cli import build_parser, main
 from bertlab.corpus import load_corpus
+from bertlab.recipes import recipe
 from bertlab.train import TrainConfig
 
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -50,7 +51,7 @@ def test_pretrain_resume_fill_mask_export_end_to_end(corpus, tmp_path, capsys):
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "3",
                  *SMALL]) == 0
     out = capsys.readouterr().out
-    assert "done: 3 steps" in out and "val MLM loss" in out
+    assert "done: 3 steps" in out and "[MASK] acc" in out
     assert (run / "tokenizer.json").is_file() and (run / "history.csv").is_file()
     settings = json.loads((run / "run.json").read_text())
     assert settings["model"]["hidden_size"] == 32 and settings["train"]["max_steps"] == 3
@@ -139,7 +140,7 @@ def test_demo_may_reuse_its_own_folder(tmp_path, monkeypatch):
     (out / "run").mkdir(parents=True)
     (out / "curves.png").write_bytes(b"png")
     (out / "results.json").write_text("{}")
-    assert main(["demo", "--out", str(out), "--minutes", "0.1", "--threads", "1"]) == 0
+    assert main(["demo", "--out", str(out), "--steps", "3", "--threads", "1"]) == 0
     assert ran == [out]
 
 
@@ -152,7 +153,7 @@ def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):
 
 def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsys):
     # The main job at a toy budget: every stage runs, the table and the files are written.
-    assert main(["demo", "--out", str(tmp_path / "demo"), "--minutes", "0.05",
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--steps", "4",
                  "--finetune-epochs", "0.05"]) == 0
     out = capsys.readouterr().out
     assert "7/7 downstream" in out
@@ -160,7 +161,33 @@ def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsy
         assert method in out
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
     methods = sorted(r["method"] for r in results["downstream"])
-    assert len(methods) == 4 and [m.split()[0] for m in methods] == [
+    # All labels once, then 8 and 32 per class with 3 seeds each: 4 methods x (1 + 2 x 3).
+    assert len(methods) == 4 * 7 and sorted({m.split()[0] for m in methods}) == [
         "TF-IDF", "fine-tuned", "from", "linear"]
+    assert sorted({r["k_per_class"] or 0 for r in results["downstream"]}) == [0, 8, 32]
+    assert "[MASK] acc" in out and "cloze set" in out
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in results["downstream"])
     assert (tmp_path / "demo" / "curves.png").is_file()
+
+
+def test_recipe_flag_sets_the_run_and_explicit_flags_win(corpus, tmp_path, capsys):
+    bert, course = recipe("bert"), recipe("course")
+    for name, extra in (("bert", []), ("course", ["--nsp", "--mlm-probability", "0.2",
+                                                   "--lr", "3e-4"])):
+        run = tmp_path / name
+        assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "2",
+                     *SMALL, "--recipe", name, *extra]) == 0
+        assert f"recipe: {name}" in capsys.readouterr().out
+        saved = json.loads((run / "run.json").read_text())
+        if name == "bert":
+            assert (saved["mlm_probability"], saved["nsp"]) == (0.15, True)
+            assert saved["train"]["optimizer"] == bert.optimizer
+            assert saved["model"]["hidden_dropout"] == bert.dropout
+        else:
+            assert (saved["mlm_probability"], saved["nsp"]) == (0.2, True)
+            assert saved["train"]["optimizer"] == course.optimizer
+            assert saved["train"]["lr"] == 3e-4 and saved["max_seq_len"] == 64  # SMALL's
+            assert saved["train"]["muon_lr"] == course.muon_lr
+    with pytest.raises(SystemExit):  # argparse: "invalid choice: 'fast'", exit status 2
+        main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "x"),
+              "--recipe", "fast"])

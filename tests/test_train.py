@@ -514,5 +514,8 @@ def test_evaluate_counts_every_target_once(tok, examples):
         correct = sum(int((model(**b).mlm_logits.argmax(-1) == b["labels"][b["labels"] != -100])
                           .sum()) for b in batches)
     assert metrics["mlm_accuracy"] == pytest.approx(correct / targets)
-    assert set(metrics) == {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy"}
+    kinds = {f"{k}_{m}" for k in ("mask", "random", "kept") for m in ("accuracy", "loss")}
+    assert set(metrics) == {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy",
+                            "mask_unigram_accuracy", "mask_unigram_loss", *kinds}
+    assert list(metrics)[0] == "mask_accuracy"  # the headline comes first
 

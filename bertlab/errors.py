@@ -1,0 +1,76 @@
+"""How a command's failures reach the user: one `error:` line and an exit code.
+
+`python -m bertlab` runs every subcommand through `run_reporting`: a ValueError (bad input)
+exits 2, a failed run or machine (NaN loss, disk full) exits 1, a stop by signal N exits
+128 + N; warnings print as one `warning:` line.
+
+Taught in notebooks/05_pretraining.ipynb
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+# errno -> what to do about it, for OSErrors that reach main().
+OS_ERROR_FIXES = {
+    errno.ENOSPC: "free some disk space or write to another disk; files are written whole or "
+                  "not at all, so rerun the same command (with --resume for pretrain)",
+    errno.EDQUOT: "free some space within your quota or write elsewhere, then rerun",
+    errno.EACCES: "check the permissions, or choose a path you may write to",
+    errno.EPERM: "check the permissions, or choose a path you may write to",
+    errno.EROFS: "the file system is read-only; choose a path on a writable disk",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose a path under a folder",
+    errno.EISDIR: "it is a folder; pass a file path",
+    errno.EEXIST: "it is in the way; move it or choose another path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+# The machine, not the input, is at fault: exit 1 like a failed run, not 2 like a bad argument.
+MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO}
+
+
+def os_error_line(e: OSError) -> str:
+    fix = OS_ERROR_FIXES.get(e.errno, "check the path and try again")
+    if e.filename is None and e.strerror and e.errno is not None and \
+            e.strerror != os.strerror(e.errno):
+        return f"error: {e.strerror}"  # bertlab's own message: it names the path and the fix
+    if e.filename is None:
+        return f"error: {e.strerror or e}; {fix}"
+    path = str(e.filename) + (f" -> {e.filename2}" if e.filename2 is not None else "")
+    return f"error: cannot use {path}: {e.strerror or e}; {fix}"
+
+
+def show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    # A warning is news for the user (a corrupt checkpoint skipped, a cache entry retrained):
+    # one line, without the source line that Python's default format adds.
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def run_reporting(command: Callable[[], int]) -> int:
+    """Return the exit code of `command()`: its own, or the one its exception maps to (above),
+    after printing one `error:` line. Warnings print as one `warning:` line meanwhile."""
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        try:
+            return command()
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except FloatingPointError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        except OSError as e:
+            print(os_error_line(e), file=sys.stderr)
+            return 1 if e.errno in MACHINE_ERRNOS else 2
+        except KeyboardInterrupt as e:
+            # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
+            signum = int(getattr(e, "signum", signal.SIGINT))
+            print(f"stopped by {signal.Signals(signum).name} (exit code {128 + signum})",
+                  file=sys.stderr)
+            return 128 + signum

@@ -1,0 +1,103 @@
+"""Named pretraining recipes: BERT's own, and the course's, which leaves the plateau in minutes.
+
+A recipe is every choice of a pretraining run that is not the model's size or the data: how
+many tokens are masked, whether NSP is trained, dropout, optimizer, learning rate and schedule,
+batch and sequence length. It spans three objects (the training loader's masking, the model's
+config and `TrainConfig`), so it is written down once here and handed out to each:
+
+    r = recipe("course")
+    train = pretraining_loader(docs, tok, split="train", seed=0, **r.loader_options())
+    model = BertForPreTraining(r.model_config("tiny", tok.get_vocab_size()))
+    pretrain(model, train, val, r.train_config(max_steps=2000), nsp=r.nsp)
+
+Both recipes give a plain `BertForPreTraining` (a valid `transformers` model after `save_hf`):
+they differ only in how it is trained. Score any recipe on a validation loader masked BERT's
+way (`pretraining_loader`'s defaults), so every run is measured with one yardstick.
+
+Taught in notebooks/05_pretraining.ipynb
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bertlab.model import BertConfig
+from bertlab.train import TrainConfig
+
+# The TrainConfig fields a recipe sets.
+RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule")
+# The course's yardstick: validation pairs of this many tokens, masked BERT's way (15%,
+# 80/10/10, seed 0), whatever recipe trained the model. Every recipe trains positions 0-63.
+VAL_SEQ_LEN = 64
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The settings of one named pretraining recipe; see `recipe` for the two that exist.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+
+    name: str
+    summary: str
+    mlm_probability: float  # share of tokens selected as targets (then 80/10/10)
+    nsp: bool  # train next-sentence prediction beside masked LM
+    dropout: float  # hidden and attention dropout
+    batch_size: int
+    max_seq_len: int
+    optimizer: str  # "adamw", or "muon" (Muon on the encoder's matrices, AdamW on the rest)
+    lr: float  # AdamW's peak learning rate
+    muon_lr: float  # Muon's peak learning rate (optimizer="muon")
+    warmup_fraction: float
+    schedule: str  # decay after warmup: linear, cosine or constant
+
+    def loader_options(self) -> dict[str, Any]:
+        """Return the training loader's settings: batch_size, max_seq_len, mlm_probability."""
+        return {"batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
+                "mlm_probability": self.mlm_probability}
+
+    def model_config(self, preset: str, vocab_size: int, **overrides: Any) -> BertConfig:
+        """Return `BertConfig.preset(preset, vocab_size)` with this recipe's dropout."""
+        settings = {"hidden_dropout": self.dropout, "attention_dropout": self.dropout}
+        return BertConfig.preset(preset, vocab_size, **{**settings, **overrides})
+
+    def train_config(self, **overrides: Any) -> TrainConfig:
+        """Return a `TrainConfig` with this recipe's optimizer, schedule and batch; overrides win.
+
+        Set the budget here (max_steps and/or max_minutes), and anything else the run needs.
+        """
+        settings = {k: getattr(self, k) for k in RECIPE_TRAIN_FIELDS}
+        return TrainConfig(**{**settings, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the settings as a JSON-ready dict."""
+        return asdict(self)
+
+
+RECIPES: dict[str, Recipe] = {
+    "bert": Recipe(
+        name="bert",
+        summary="BERT's recipe (Devlin et al. 2019): 15% of tokens masked 80/10/10, masked LM "
+                "+ NSP, dropout 0.1, AdamW with warmup and linear decay; batch, sequence "
+                "length and learning rate scaled to a small model on a CPU",
+        mlm_probability=0.15, nsp=True, dropout=0.1, batch_size=32, max_seq_len=128,
+        optimizer="adamw", lr=2e-3, muon_lr=0.02, warmup_fraction=0.06, schedule="linear"),
+    "course": Recipe(
+        name="course",
+        summary="the course's recipe for minutes on a CPU, found by measurement "
+                "(benchmarks/recipe_search.py): 40% of tokens masked 80/10/10, no dropout, Muon "
+                "on the encoder's matrices, short sequences in small batches",
+        mlm_probability=0.4, nsp=False, dropout=0.0, batch_size=16, max_seq_len=64,
+        optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear"),
+}
+
+
+def recipe(name: str) -> Recipe:
+    """Return the named recipe: "bert" (the paper's) or "course" (this course's, for minutes).
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    return RECIPES[name]

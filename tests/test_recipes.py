@@ -1,0 +1,215 @@
+"""Recipes, Muon beside AdamW, and the honest MLM metrics (accuracy at [MASK] positions)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.hf import save_hf
+from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.nsp import create_nsp_examples
+from bertlab.optim import MuonAdamW
+from bertlab.pretraining import evaluate, pretrain, unigram_bar
+from bertlab.recipes import RECIPES, recipe
+from bertlab.tokenizer import special_ids, train_tokenizer
+from bertlab.train import TrainConfig, build_optimizer, lr_at
+from tests.test_train import InterruptAt
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(load_corpus("bbc")[:200], vocab_size=500)
+
+
+@pytest.fixture(scope="module")
+def examples(tok):
+    return create_nsp_examples(load_corpus("bbc")[:40], tok, max_seq_len=64, seed=0)
+
+
+def tiny(tok, seed=0, **overrides):
+    config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), hidden_size=32,
+                               intermediate_size=64, max_position_embeddings=64, **overrides)
+    return BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes
+
+
+def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training():
+    bert, course = recipe("bert"), recipe("course")
+    assert (bert.mlm_probability, bert.nsp, bert.dropout, bert.optimizer) == (0.15, True, 0.1,
+                                                                                "adamw")
+    assert bert.schedule == "linear"
+    assert set(RECIPES) == {"bert", "course"} and course != bert
+    # Both give the same architecture: a recipe changes how a model is trained, not what it is.
+    a, b = bert.model_config("tiny", 100), course.model_config("tiny", 100)
+    differ = {k for k, v in a.to_dict().items() if b.to_dict()[k] != v}
+    assert differ <= {"hidden_dropout", "attention_dropout"}
+
+
+def test_recipe_hands_its_settings_to_loader_model_and_train_config():
+    r = recipe("course")
+    assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
+                                  "mlm_probability": r.mlm_probability}
+    assert r.model_config("tiny", 100).hidden_dropout == r.dropout
+    assert r.model_config("tiny", 100, hidden_dropout=0.3).hidden_dropout == 0.3
+    config = r.train_config(max_steps=50, lr=1e-4)
+    assert (config.optimizer, config.muon_lr, config.batch_size) == (r.optimizer, r.muon_lr,
+                                                                     r.batch_size)
+    assert config.lr == 1e-4 and config.max_steps == 50  # overrides win
+
+
+def test_unknown_recipe_is_named_with_the_choices():
+    with pytest.raises(ValueError, match=r"unknown recipe 'fast'; choose one of bert, course"):
+        recipe("fast")
+
+
+def test_course_model_exports_to_a_transformers_model_with_the_same_outputs(tok, examples,
+                                                                            tmp_path):
+    transformers = pytest.importorskip("transformers")
+    r = recipe("course")
+    train = pretraining_loader(examples, tok, split=None, seed=0,
+                               **{**r.loader_options(), "batch_size": 8})
+    model = tiny(tok, hidden_dropout=r.dropout, attention_dropout=r.dropout)
+    pretrain(model, train, None, r.train_config(max_steps=3, batch_size=8, progress=False,
+                                                 checkpoint_interval=None, device="cpu"),
+             nsp=r.nsp)
+    save_hf(model, tok, tmp_path / "hf")
+    theirs = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
+    batch = next(iter(train))
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        ours = model.eval()(**inputs).mlm_logits
+        hf = theirs(**inputs).prediction_logits
+    assert torch.allclose(ours, hf, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Muon on the hidden matrices, AdamW on the rest
+
+
+def test_muon_takes_exactly_the_encoder_layers_matrices(tok):
+    model = tiny(tok)
+    optimizer = build_optimizer(model, TrainConfig(optimizer="muon", lr=1e-3, muon_lr=0.02))
+    assert isinstance(optimizer, MuonAdamW)
+    muon, adamw = optimizer.parts
+    names = {id(p): n for n, p in model.named_parameters()}
+    in_muon = {names[id(p)] for g in muon.param_groups for p in g["params"]}
+    assert in_muon == {n for n, p in model.named_parameters()
+                       if n.startswith("bert.layers.") and p.dim() == 2}
+    in_adamw = {names[id(p)] for g in adamw.param_groups for p in g["params"]}
+    assert "bert.embeddings.word_embeddings.weight" in in_adamw and not in_muon & in_adamw
+    assert len(in_muon) + len(in_adamw) == len(list(model.parameters()))  # tied weights once
+    # The loop scales each group's peak by the schedule: Muon peaks at muon_lr.
+    assert [g["lr_scale"] for g in optimizer.param_groups] == [20.0, 1.0, 1.0]
+
+
+def test_muon_run_resumes_exactly(tok, examples, tmp_path):
+    config = TrainConfig(max_steps=6, batch_size=8, optimizer="muon", lr=3e-3,
+                         checkpoint_interval=None, eval_interval=None, progress=False,
+                         device="cpu")
+
+    def loader():
+        return pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+
+    full = pretrain(tiny(tok), loader(), None, config, out_dir=tmp_path / "full")
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C when the 4th batch is asked for
+        pretrain(tiny(tok), InterruptAt(loader(), 4), None, config, out_dir=tmp_path / "cut")
+    resumed = pretrain(tiny(tok, seed=1), loader(), None, config, out_dir=tmp_path / "cut",
+                       resume=True)
+    assert resumed.first_step == 3
+    assert resumed.step_losses == pytest.approx(full.step_losses[3:], abs=1e-6)
+
+
+def test_muon_state_dict_round_trips(tok):
+    model = tiny(tok)
+    config = TrainConfig(optimizer="muon")
+    optimizer = build_optimizer(model, config)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    again = build_optimizer(model, config)
+    again.load_state_dict(optimizer.state_dict())
+    a, b = optimizer.state_dict(), again.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    assert all(torch.equal(a["state"][i][k], b["state"][i][k])
+               for i in a["state"] for k in a["state"][i] if torch.is_tensor(a["state"][i][k]))
+    with pytest.raises(ValueError, match="parameter groups"):
+        again.load_state_dict({"state": {}, "param_groups": a["param_groups"][:1]})
+
+
+def test_schedule_scales_every_group_from_its_own_peak():
+    config = TrainConfig(max_steps=100, lr=1e-3, muon_lr=0.02, optimizer="muon")
+    assert lr_at(50, config) * 20.0 == pytest.approx(0.02 * lr_at(50, config) / 1e-3)
+
+
+def test_unknown_optimizer_is_refused():
+    with pytest.raises(ValueError, match="optimizer='sgd' is not one of adamw, muon"):
+        TrainConfig(optimizer="sgd")
+
+
+# ---------------------------------------------------------------------------------------------
+# The honest metrics: what the model saw at each target
+
+
+class CopyInput(nn.Module):
+    """A "model" that predicts each target to be the token it sees there: copying, no context."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.unused = nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, labels, next_sentence_label, **_):
+        where = labels != IGNORE_INDEX
+        logits = F.one_hot(input_ids[where], self.vocab_size).float() * 10
+        nsp_logits = torch.zeros(len(input_ids), 2)
+        sums = {"mlm": F.cross_entropy(logits, labels[where], reduction="sum"),
+                "nsp": F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
+                "targets": where.sum().float(), "sequences": torch.tensor(float(len(labels)))}
+        return types.SimpleNamespace(mlm_logits=logits, nsp_logits=nsp_logits, loss_sums=sums)
+
+
+def test_copying_scores_on_kept_targets_only(tok, examples):
+    val = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0, masking="static")
+    metrics = evaluate(CopyInput(tok.get_vocab_size()), val)
+    assert metrics["kept_accuracy"] == 1.0
+    assert metrics["mask_accuracy"] == 0.0 and metrics["random_accuracy"] == 0.0
+    # All targets mix the three: about 10% of targets are kept, so about 10% "right".
+    assert 0.05 < metrics["mlm_accuracy"] < 0.16
+    assert metrics["mask_unigram_accuracy"] > 0.0
+
+
+def test_kinds_need_the_mask_id_of_a_plain_list_of_batches(tok, examples):
+    batches = list(pretraining_loader(examples[:16], tok, split=None, batch_size=8, seed=0))
+    model = tiny(tok)
+    assert "mask_accuracy" not in evaluate(model, batches)
+    with_id = evaluate(model, batches, mask_id=special_ids(tok).mask)
+    assert 0.0 <= with_id["mask_accuracy"] <= 1.0
+
+
+def test_unigram_bar_is_the_top_share_and_the_entropy():
+    bar = unigram_bar(torch.tensor([3, 3, 3, 5]))
+    assert bar["mask_unigram_accuracy"] == 0.75
+    assert bar["mask_unigram_loss"] == pytest.approx(-(0.75 * torch.log(torch.tensor(0.75))
+                                                       + 0.25 * torch.log(torch.tensor(0.25))))
+
+
+def test_mlm_only_leaves_pooler_and_nsp_head_out_of_the_run_and_gives_them_back(tok, examples):
+    model = tiny(tok)
+    pooler = model.bert.pooler.weight.detach().clone()
+    train = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+    config = TrainConfig(max_steps=2, batch_size=8, progress=False, checkpoint_interval=None,
+                         eval_interval=None, device="cpu", weight_decay=0.5)
+    pretrain(model, train, None, config, nsp=False)
+    assert torch.equal(model.bert.pooler.weight, pooler)  # not even weight decay touched it
+    assert all(p.requires_grad for p in model.parameters())  # ready for fine-tuning
