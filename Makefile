@@ -33,13 +33,16 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
 
 # Side-by-side speed and quality measurements (minutes each; never part of `make test`).
-BENCHES := tokenizer masking data train_step time_to_quality gpu_throughput
+BENCHES := tokenizer masking data train_step gpu_throughput
 bench: $(STAMP)
 	for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
 
 # The experiments whose saved results the notebooks read (tens of minutes to hours on a CPU;
 # finished cells are cached). Each JSON in benchmarks/results/ records the command that made it.
 results: $(STAMP)
+	$(PY) benchmarks/recipe_search.py --stage screen --minutes 3 --jobs 2
+	$(PY) benchmarks/recipe_search.py --stage combine --minutes 3 --jobs 2
+	$(PY) benchmarks/time_to_quality.py --minutes 4 --seeds 0 1 2 --threads 1
 	$(PY) benchmarks/downstream.py
 	$(PY) benchmarks/ablations.py --budget cpu-long --seeds 0 1 --jobs 2 --threads 1
 	$(PY) benchmarks/chinese_wwm.py
