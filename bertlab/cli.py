@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -336,6 +337,13 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
                          f"--grad-accum {config.grad_accum} x {world} process(es); use a "
                          f"multiple of {config.grad_accum * world}")
     check_run_folder(out, args.resume, flag="--out")
+    first = out / "run.json"
+    started = json.loads(first.read_text())["args"].get("recipe") if (
+        args.resume and first.is_file()) else None
+    if started is not None and started != args.recipe:
+        raise ValueError(f"--resume: the run in {out} was started with --recipe {started}, not "
+                         f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
+                         f"to continue it exactly (nothing was written)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     shards = folder_kind(corpus) == "shards"

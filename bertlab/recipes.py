@@ -80,14 +80,15 @@ RECIPES: dict[str, Recipe] = {
         name="bert",
         summary="BERT's recipe (Devlin et al. 2019): 15% of tokens masked 80/10/10, masked LM "
                 "+ NSP, dropout 0.1, AdamW with warmup and linear decay; batch, sequence "
-                "length and learning rate scaled to a small model on a CPU",
+                "length, learning rate and warmup (6%, the paper's 1% of 1M steps is 10k) "
+                "scaled to a small model on a CPU",
         mlm_probability=0.15, nsp=True, dropout=0.1, batch_size=32, max_seq_len=128,
         optimizer="adamw", lr=2e-3, muon_lr=0.02, warmup_fraction=0.06, schedule="linear"),
     "course": Recipe(
         name="course",
         summary="the course's recipe for minutes on a CPU, found by measurement "
-                "(benchmarks/recipe_search.py): 40% of tokens masked 80/10/10, no dropout, Muon "
-                "on the encoder's matrices, short sequences in small batches",
+                "(benchmarks/recipe_search.py): 40% of tokens masked 80/10/10, MLM only, no "
+                "dropout, Muon on the encoder's matrices, 16 x 64-token pairs",
         mlm_probability=0.4, nsp=False, dropout=0.0, batch_size=16, max_seq_len=64,
         optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear"),
 }

@@ -191,3 +191,16 @@ def test_recipe_flag_sets_the_run_and_explicit_flags_win(corpus, tmp_path, capsy
     with pytest.raises(SystemExit):  # argparse: "invalid choice: 'fast'", exit status 2
         main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "x"),
               "--recipe", "fast"])
+
+
+def test_resume_with_another_recipe_is_refused_naming_the_first(corpus, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "2",
+                 *SMALL, "--recipe", "bert"]) == 0
+    capsys.readouterr()
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
+                 *SMALL, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "started with --recipe bert, not --recipe course" in err and "pass --recipe bert" in err
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
+                 *SMALL, "--resume", "--recipe", "bert"]) == 0
