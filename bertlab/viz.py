@@ -260,7 +260,7 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
 
     train = [(row["step"], row["train_loss"]) for row in history if row.get("train_loss") is not None]
     if train:
-        axes[0].plot(*zip(*train, strict=True), marker=".", label="train loss (MLM + NSP)")
+        axes[0].plot(*zip(*train, strict=True), marker=".", label="train loss")
     curve(axes[0], "val_mlm_loss", "val MLM loss")
     curve(axes[0], "val_nsp_loss", "val NSP loss")
     axes[0].set_title("loss")
