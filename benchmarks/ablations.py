@@ -3,27 +3,29 @@ Table 8), NSP on/off (BERT Table 5, RoBERTa), masking rate (Wettig et al. 2022) 
 dynamic masking (RoBERTa).
 
 Each cell of the grid (`bertlab.grid.GROUPS` x seeds) pretrains a fresh model and measures
-held-out MLM accuracy (with and without [MASK] in the input), NSP accuracy, [CLS] linear probes
-on BBC topics and, in the budgets that ask for it, fine-tuned BBC topic accuracy. Finished
-cells are cached by a hash of their full config in --cache-dir, so an interrupted sweep resumes
-where it stopped and a changed setting re-runs only what it changes. The results file (written
-after every cell) holds the exact command, the budget, and every cell's config, seed and metrics.
+held-out accuracy at [MASK] and at all targets (and with no [MASK] in the input), NSP accuracy,
+[CLS] linear probes on BBC topics and, in the budgets that ask for it, fine-tuned BBC topic
+accuracy. Finished cells are cached by a hash of their full config in --cache-dir, so an
+interrupted sweep resumes where it stopped and a changed setting re-runs only what it changes.
+The results file (written after every cell, kept in the repository) holds the exact command, the
+budget, and every cell's config, seed and metrics; its records seed the cache before a sweep, so
+a fresh clone resumes from them instead of running them again.
 
-Budgets (`bertlab.grid.BUDGETS`): "quick" (tiny model, 64-token pairs, 250 steps: the reduced
-sweep for a shared machine; read its differences against seed noise), "cpu" (default: tiny
-model, 128 tokens, 300 steps), "cpu-long" (tiny model, 64 tokens, 4,000 steps, MLM-only
-reference, fine-tuning on: where the variants start to separate), "gpu" (mini model, 3000
-steps, fine-tuning on). The wall clock of a finished sweep is in its results file (`wall_s`).
+Budgets (`bertlab.grid.BUDGETS`): "course" (default: the course recipe, tiny model, 64-token
+pairs, 2,500 steps, fine-tuning on; its reference cell leaves the unigram plateau), "quick" (tiny
+model, 64-token pairs, 250 steps: the machinery only), "cpu" (128 tokens, 300 steps), "cpu-long"
+(BERT-style 15% masking with AdamW, 4,000 steps: still on the plateau at [MASK]), "gpu" (mini
+model, 3000 steps, fine-tuning on). The wall clock of a sweep is in its results file (`wall_s`).
 
 Usage:
-  python benchmarks/ablations.py                                   # cpu budget, all groups, 3 seeds
+  python benchmarks/ablations.py --seeds 0 1 2 --jobs 2 --threads 1   # course budget, ~2.5 core-hours
   python benchmarks/ablations.py --budget quick --seeds 0 1 --groups masking-procedure nsp --threads 1
-  python benchmarks/ablations.py --budget cpu-long --seeds 0 1 --jobs 2 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -41,7 +43,6 @@ from bertlab.ablations import (
     unigram_reference,
 )
 from bertlab.grid import (
-    BASELINES,
     BUDGETS,
     GROUPS,
     PAPER_CLAIMS,
@@ -49,18 +50,20 @@ from bertlab.grid import (
     PAPER_NSP,
     ablation_grid,
     cell_key,
+    config_key,
+    group_baseline,
 )
 from bertlab.util import atomic_write_json
 
 DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
-VERDICT_METRICS = ("mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",
+VERDICT_METRICS = ("mask_accuracy", "mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",
                    "probe_accuracy_cls", "finetune_accuracy")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--budget", choices=sorted(BUDGETS), default="cpu")
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="course")
     p.add_argument("--groups", nargs="+", choices=list(GROUPS), default=list(GROUPS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
@@ -77,23 +80,44 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def summary_with_verdicts(records: list[dict], groups: list[str]) -> tuple[list, list]:
+def summary_with_verdicts(records: list[dict], groups: list[str],
+                          budget) -> tuple[list, list]:
     rows = summarize_records(records)
     verdicts = []
     for group in groups:
         names = {r["name"] for r in rows if r["group"] == group}
-        if BASELINES[group] not in names or len(names) < 2:
+        baseline = group_baseline(group, budget)
+        if baseline not in names or len(names) < 2:
             continue
         # NSP accuracy means something only where the baseline trained the head (an MLM-only
         # run's head is its random initialisation, a constant guess on the fixed pairs).
         trains_nsp = any(r["config"]["settings"]["nsp"] for r in records
-                         if r["cell"]["group"] == group and r["cell"]["name"] == BASELINES[group])
+                         if r["cell"]["group"] == group and r["cell"]["name"] == baseline)
         for metric in VERDICT_METRICS:
             if metric == "nsp_accuracy" and not trains_nsp:
                 continue
             if all(f"{metric}_mean" in r for r in rows if r["group"] == group):
-                verdicts += [{"group": group, **v} for v in compare_to_baseline(rows, group, metric)]
+                verdicts += [{"group": group, **v}
+                             for v in compare_to_baseline(rows, group, metric, baseline)]
     return rows, verdicts
+
+
+def seed_cache(results_file: Path, cache_dir: Path) -> int:
+    """Copy the finished records of a saved results file into the cache (those not there yet),
+    so a fresh clone resumes the sweep from the repository; return how many were copied."""
+    if not results_file.is_file():
+        return 0
+    copied = 0
+    for record in json.loads(results_file.read_text(encoding="utf-8")).get("records", []):
+        record = {k: v for k, v in record.items() if k not in ("cell", "cached")}
+        if record.get("key") != config_key(record["config"]):
+            continue  # a record whose key does not match its config is not trusted
+        path = cache_dir / f"{record['key']}.json"
+        if not path.is_file():
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, record)
+            copied += 1
+    return copied
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     cells = ablation_grid(args.groups, args.seeds, budget)
     command = "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *(argv or sys.argv[1:])])
     started, clock = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+    copied = seed_cache(out, args.cache_dir)
+    if copied:
+        print(f"{copied} finished record(s) from {out} copied into the cache {args.cache_dir}")
     records: list[dict] = []
     distinct = len({cell_key(c) for c in cells})
     print(f"{len(cells)} cells ({len({c.name for c in cells})} variants x {len(args.seeds)} seeds), "
@@ -116,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     unigram = unigram_reference(budget)
 
     def save(complete: bool) -> None:
-        rows, verdicts = summary_with_verdicts(records, args.groups)
+        rows, verdicts = summary_with_verdicts(records, args.groups, budget)
         result = {
             "command": command,
             "budget": budget.to_dict(),
@@ -129,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             "complete": complete,
             "cells_planned": len(cells),
             "paper": {"masking": PAPER_MASKING, "nsp": PAPER_NSP, "claims": PAPER_CLAIMS},
+            "code": sorted({r.get("code", "?") for r in records}),  # source digests of the records
             "records": records,
             "random_init": references,
             "unigram": unigram,
@@ -143,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         m, c = record["metrics"], record["cell"]
         probe = "-" if m["probe_accuracy"] is None else f"{100 * m['probe_accuracy']:.1f}"
         how = "cached" if record["cached"] else f"ran {record['elapsed_s']:.0f}s"
+        mask = m.get("mask_accuracy")
         print(f"[{len(records)}/{distinct}] {c['group']:<18} {c['name']:<10} seed {c['seed']} "
-              f"{how}: "
+              f"{how}: " + ("" if mask is None else f"[MASK] {100 * mask:.1f} ") +
               f"mlm {100 * m['mlm_accuracy']:.1f} no-mask {100 * m['mlm_accuracy_no_mask']:.1f} "
               f"nsp {100 * m['nsp_accuracy']:.1f} probe {probe}", flush=True)
         save(complete=False)
@@ -157,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         print("random-init references (the cells' starting weights, no pretraining)...", flush=True)
         references.update(random_init_scores(budget, args.seeds))
     save(complete=True)
-    rows, verdicts = summary_with_verdicts(records, args.groups)
+    rows, verdicts = summary_with_verdicts(records, args.groups, budget)
     print()
     print(format_summary(rows))
     if references:

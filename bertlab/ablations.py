@@ -5,9 +5,13 @@ and the records read back as mean ± std over seeds against each group's baselin
 cell's key; a record already on disk under that key is read back instead. `run_grid` runs many
 cells, one after the other in this process or several at once in worker processes.
 
-Measurements of a cell (all on held-out data, the same validation masks for every cell):
+Measurements of a cell (all on held-out data, the same validation masks for every cell, BERT's
+15% with 80/10/10 whatever the cell trained with):
 
-- `mlm_accuracy`: ordinary masked-LM accuracy (15% targets, 80/10/10);
+- `mask_accuracy`: accuracy at the targets shown as [MASK] (the number that says whether the model
+  reads context; `mask_unigram_accuracy` beside it is always guessing the most frequent of those
+  targets);
+- `mlm_accuracy`: accuracy at all targets, BERT's number (the kept 10% are mostly copied);
 - `mlm_accuracy_kept` / `mlm_accuracy_random`: the same targets with no [MASK] in the input,
   every target left unchanged / replaced by a random token; `mlm_accuracy_no_mask` is their
   mean (the accuracy under a 50/50 mix of the two, with the targets held fixed);
@@ -15,7 +19,7 @@ Measurements of a cell (all on held-out data, the same validation masks for ever
 - `probe_accuracy` / `probe_accuracy_cls`: logistic regression on the frozen pooled / raw [CLS]
   vector for the BBC topic (BERT's "feature-based" column);
 - `finetune_accuracy`: the whole encoder fine-tuned on BBC topics (when the budget asks for it);
-- `curve`: held-out MLM and NSP accuracy at 9 points of the run (a few batches each).
+- `curve`: held-out [MASK], MLM and NSP accuracy at 9 points of the run (a few batches each).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from bertlab.device import resolve_device, resolve_precision
 from bertlab.document import split_documents
 from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, finetune_classifier
-from bertlab.grid import BASELINES, Budget, Cell, cell_config, cell_key, config_key
+from bertlab.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import NspExample, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
@@ -103,14 +107,16 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
     curve_loader = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
                                       seed=EVAL_SEED, shuffle=True, masking="static")
     train_config = TrainConfig(
-        max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr,
+        max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr, optimizer=b.optimizer,
+        muon_lr=b.muon_lr,
         eval_interval=max(b.max_steps // 8, 1), eval_batches=min(b.eval_batches, 6),
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
         log_interval=0, progress=False)
     start = time.perf_counter()
     run = pretrain(model, loader, curve_loader, train_config, nsp=s["nsp"])
     train_seconds = time.perf_counter() - start
-    curve = [{"step": row["step"], "mlm_accuracy": row["val_mlm_accuracy"],
+    curve = [{"step": row["step"], "mask_accuracy": row["val_mask_accuracy"],
+              "mlm_accuracy": row["val_mlm_accuracy"],
               "nsp_accuracy": row["val_nsp_accuracy"]} for row in run.history]
 
     device = resolve_device(b.device)
@@ -129,6 +135,8 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
         metrics[f"mlm_loss{suffix}"] = scores["mlm_loss"]
         if not suffix:
             metrics["nsp_accuracy"] = scores["nsp_accuracy"]
+            for name in ("mask_accuracy", "mask_loss", "mask_unigram_accuracy"):
+                metrics[name] = scores[name]
     metrics["mlm_accuracy_no_mask"] = (metrics["mlm_accuracy_kept"]
                                        + metrics["mlm_accuracy_random"]) / 2
     metrics.update(_downstream_metrics(model, data, b, cell.seed))
@@ -238,7 +246,7 @@ def run_cell(cell: Cell, cache_dir: str | Path, *, force: bool = False,
     record = {
         "key": key, "config": config, "cell": _cell_info(cell), "metrics": metrics,
         "elapsed_s": round(time.perf_counter() - start, 2),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "code": code_digest(),
         "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads(),
                     "cpu_count": os.cpu_count()},
     }
@@ -343,7 +351,7 @@ def run_grid(cells: Iterable[Cell], cache_dir: str | Path, *, jobs: int = 1, thr
 # Reading results: mean ± std over seeds, and whether a difference stands out of the noise
 
 
-METRICS = ("mlm_accuracy", "mlm_accuracy_no_mask", "mlm_accuracy_kept", "mlm_accuracy_random",
+METRICS = ("mask_accuracy", "mlm_accuracy", "mlm_accuracy_no_mask", "mlm_accuracy_kept", "mlm_accuracy_random",
            "nsp_accuracy", "probe_accuracy", "probe_accuracy_cls", "finetune_accuracy")
 
 
@@ -374,8 +382,9 @@ def summarize_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def compare_to_baseline(rows: Sequence[dict[str, Any]], group: str, metric: str,
-                        baseline: str | None = None, z: float = 2.0) -> list[dict[str, Any]]:
-    """Return, per variant of `group`, its difference from the baseline on `metric` and a verdict.
+                        baseline: str, z: float = 2.0) -> list[dict[str, Any]]:
+    """Return, per variant of `group`, its difference from the `baseline` variant on `metric`
+    (`grid.group_baseline` names the budget's own recipe) and a verdict.
 
     The noise scale is the standard error of the difference of two means,
     se = sqrt(s_a^2 / n_a + s_b^2 / n_b). Verdict: "within noise" when |diff| <= z x se,
@@ -384,7 +393,6 @@ def compare_to_baseline(rows: Sequence[dict[str, Any]], group: str, metric: str,
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
-    baseline = baseline or BASELINES.get(group)
     mine = {r["name"]: r for r in rows if r["group"] == group and f"{metric}_mean" in r}
     if baseline not in mine:
         raise ValueError(f"group {group!r} has no baseline row {baseline!r} with {metric!r}; "
@@ -409,7 +417,8 @@ def compare_to_baseline(rows: Sequence[dict[str, Any]], group: str, metric: str,
 
 
 def format_summary(rows: Sequence[dict[str, Any]],
-                   metrics: Sequence[str] = ("mlm_accuracy", "mlm_accuracy_no_mask",
+                   metrics: Sequence[str] = ("mask_accuracy", "mlm_accuracy",
+                                             "mlm_accuracy_no_mask",
                                              "nsp_accuracy", "probe_accuracy",
                                              "finetune_accuracy")) -> str:
     """Return a plain-text table of `summarize_records` rows, in %, mean ± std over seeds.

@@ -2,11 +2,14 @@
 results are read against, the groups of variants, the budgets, the cells and their cache keys.
 
 A *cell* is one pretraining run: a name, the settings it changes (`overrides` of
-`PRETRAIN_DEFAULTS`), a seed and a `Budget` (model size, steps, data, which downstream
-measurements to take). Its key, `cell_key`, is a hash of everything that can change its numbers
-(settings, seed, budget, device kind and a digest of the bertlab source that produces them), so
-a finished cell is never run twice and a changed setting or source runs again. Running cells and
-reading their records is `bertlab.ablations`.
+`PRETRAIN_DEFAULTS`), a seed and a `Budget` (model size, recipe, steps, data, which downstream
+measurements to take). Its key, `cell_key`, is a hash of every setting that can change its
+numbers (settings, seed, budget, device kind, the experiment version and the torch version), so
+a finished cell is never run twice and a changed setting runs again. The key leaves the source
+code out on purpose: finished records are kept in the repository, and an edit elsewhere in the
+package must not throw hours of runs away. Each record names the source digest that produced it
+(`code_digest`); a change that can move a cell's numbers bumps `EXPERIMENT_VERSION`. Running
+cells and reading their records is `bertlab.ablations`.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import torch
 
 import bertlab
 from bertlab.device import resolve_device, resolve_precision
+from bertlab.recipes import recipe
 
-EXPERIMENT_VERSION = 1  # bump when the measurement itself changes (not needed for code edits)
+# Bump when a change can move a cell's numbers (a new measurement, a fix in training or masking):
+# every key changes, and every cell runs again. 2: the [MASK]-position metrics; optimizer in budgets.
+EXPERIMENT_VERSION = 2
 # Every pretraining setting a cell may change, with BERT's values.
 PRETRAIN_DEFAULTS: dict[str, Any] = {
     "mlm_probability": 0.15,  # share of tokens selected as targets
@@ -85,13 +91,30 @@ def procedure_overrides(name: str) -> dict[str, float]:
 GROUPS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "masking-procedure": [(name, procedure_overrides(name)) for name in PAPER_MASKING],
     "nsp": [("MLM + NSP", {"nsp": True}), ("MLM only", {"nsp": False})],
-    "masking-rate": [("15%", {}), ("30%", {"mlm_probability": 0.30}),
+    "masking-rate": [("15%", {"mlm_probability": 0.15}), ("30%", {"mlm_probability": 0.30}),
                      ("40%", {"mlm_probability": 0.40})],
-    "static-vs-dynamic": [("dynamic", {}),
+    "static-vs-dynamic": [("dynamic", {"masking": "dynamic", "dupe_factor": 1}),
                           ("static x5", {"masking": "static", "dupe_factor": 5})],
 }
-BASELINES = {"masking-procedure": "80/10/10", "nsp": "MLM + NSP", "masking-rate": "15%",
-             "static-vs-dynamic": "dynamic"}
+
+
+def group_baseline(group: str, budget: Budget) -> str:
+    """Return the name of the variant of `group` that is the budget's own recipe (its reference
+    run, the one every other variant of the group is compared with).
+
+    Under the course budget (MLM only, 40% masking) that is "MLM only" and "40%"; under BERT's
+    settings, "MLM + NSP" and "15%".
+
+    Taught in notebooks/07_ablations_and_insights.ipynb
+    """
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; known groups: {list(GROUPS)}")
+    reference = {**PRETRAIN_DEFAULTS, **budget.settings}
+    for name, overrides in GROUPS[group]:
+        if {**reference, **overrides} == reference:
+            return name
+    raise ValueError(f"no variant of group {group!r} is budget {budget.name!r}'s own recipe "
+                     f"{reference}; add one to GROUPS[{group!r}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +127,8 @@ class Budget:
 
     `settings` are the pretraining settings every cell of the budget starts from, on top of
     `PRETRAIN_DEFAULTS` (a cell's overrides win); e.g. {"nsp": False} makes MLM-only the
-    reference recipe. `max_docs` keeps a fixed pseudo-random subset of the corpus (None: all of
+    reference recipe. `optimizer`, `lr` and `muon_lr` are `TrainConfig`'s (see `recipe_budget`
+    for a budget that takes them, with the batch, length and dropout, from a named recipe). `max_docs` keeps a fixed pseudo-random subset of the corpus (None: all of
     it; the train / validation / test split of each document is unchanged). `finetune_epochs=0`
     skips fine-tuning (the probes still run); `probe=False` skips both downstream measurements.
     """
@@ -119,6 +143,8 @@ class Budget:
     batch_size: int = 32
     max_steps: int = 300
     lr: float = 1e-3
+    optimizer: str = "adamw"
+    muon_lr: float = 0.02
     max_docs: int | None = None
     eval_batches: int = 8
     probe: bool = True
@@ -150,18 +176,34 @@ class Budget:
         return asdict(self)
 
 
-# Named budgets. "quick" (64-token pairs) and "cpu" (the default, 128-token pairs) end while a
-# tiny model still predicts frequent words (held-out MLM accuracy near the unigram guess): they
-# show the machinery, not the effects. "cpu-long" (64-token pairs, 4,000 steps at lr 2e-3 without
-# dropout, with fine-tuning) is long enough for the variants to start separating; its reference
-# recipe is MLM-only (RoBERTa's), because Table 8 is a question about the MLM loss and in a
-# 2-layer model NSP competes with it for capacity. "gpu": a mini model with fine-tuning.
+def recipe_budget(recipe_name: str, name: str, **fields: Any) -> Budget:
+    """Return a budget that trains with a named recipe of `bertlab.recipes` (masking rate, NSP,
+    dropout, batch, pair length, optimizer and learning rates); `fields` set the rest (steps,
+    what to measure) and win over the recipe.
+    """
+    r = recipe(recipe_name)
+    taken = {"max_seq_len": r.max_seq_len, "batch_size": r.batch_size, "lr": r.lr,
+             "optimizer": r.optimizer, "muon_lr": r.muon_lr,
+             "settings": {"mlm_probability": r.mlm_probability, "nsp": r.nsp},
+             "model_overrides": {"hidden_dropout": r.dropout, "attention_dropout": r.dropout}}
+    return Budget(name=name, **{**taken, **fields})
+
+
+# Named budgets. "quick" (64-token pairs) and "cpu" (128-token pairs) end while a tiny model
+# still predicts frequent words (held-out accuracy near the unigram guess): they show the
+# machinery, not the effects. "cpu-long" (64-token pairs, 4,000 steps of AdamW at lr 2e-3 without
+# dropout, 15% masking, MLM only) was the first attempt to get past that; at 15% it does not.
+# "course" is the course recipe (`recipe("course")`: 40% masking, MLM only, Muon), 2,500 steps,
+# the run of notebook 05: its reference cell leaves the plateau, so its variants can differ for a
+# reason other than noise. "gpu": a mini model with fine-tuning.
 BUDGETS: dict[str, Budget] = {
     "quick": Budget(name="quick", max_seq_len=64, max_steps=250, eval_batches=10),
     "cpu": Budget(name="cpu", max_steps=300, eval_batches=12),
     "cpu-long": Budget(name="cpu-long", max_seq_len=64, max_steps=4000, lr=2e-3,
                        model_overrides={"hidden_dropout": 0.0, "attention_dropout": 0.0},
                        settings={"nsp": False}, eval_batches=20, finetune_epochs=4.0),
+    "course": recipe_budget("course", "course", max_steps=2500, eval_batches=20,
+                            finetune_epochs=4.0),
     "gpu": Budget(name="gpu", preset="mini", max_steps=3000, batch_size=128, lr=5e-4,
                   eval_batches=20, finetune_epochs=3.0),
 }
@@ -204,7 +246,8 @@ PRESENTATION_MODULES = frozenset({"__init__", "__main__", "cli", "demo", "viz", 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """Return a short hash of the bertlab source files that produce an ablation's numbers (every
-    module of the package but `PRESENTATION_MODULES`).
+    module of the package but `PRESENTATION_MODULES`): the provenance each record carries. It is
+    not part of the key (see the module docstring).
 
     Read once per process, so a file edited while a sweep runs cannot relabel its later cells.
     """
@@ -222,10 +265,11 @@ def _device_kind(budget: Budget) -> str:
 
 
 def cell_config(cell: Cell) -> dict[str, Any]:
-    """Return everything that can change a cell's numbers, as a JSON-ready dict (what is hashed).
+    """Return every setting that can change a cell's numbers, as a JSON-ready dict (what is hashed).
 
     The cell's name and group are labels, not settings: two cells that differ only there are the
-    same experiment and share one record.
+    same experiment and share one record. The source code is not in it: a record names its own
+    `code_digest`, and a change that moves numbers bumps `EXPERIMENT_VERSION`.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
@@ -237,7 +281,6 @@ def cell_config(cell: Cell) -> dict[str, Any]:
         # differ only there share the records of cells whose merged settings agree.
         "budget": {k: v for k, v in cell.budget.to_dict().items() if k not in ("name", "settings")},
         "device": _device_kind(cell.budget),
-        "code": code_digest(),
         "bertlab": bertlab.__version__,
         "torch": torch.__version__.split("+")[0],
     }

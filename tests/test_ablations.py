@@ -20,7 +20,6 @@ from bertlab.ablations import (
     unigram_reference,
 )
 from bertlab.grid import (
-    BASELINES,
     BUDGETS,
     GROUPS,
     PAPER_MASKING,
@@ -31,15 +30,18 @@ from bertlab.grid import (
     cell_config,
     cell_key,
     config_key,
+    group_baseline,
     procedure_overrides,
+    recipe_budget,
 )
+from bertlab.recipes import recipe
 
 # A toy budget: 60 BBC documents, a 1-layer 32-wide model, 3 steps, small evaluations.
 TOY = Budget(name="toy", max_docs=60, vocab_size=400, max_seq_len=32, batch_size=8, max_steps=3,
              eval_batches=2, device="cpu", precision="fp32",
              model_overrides={"hidden_size": 32, "num_layers": 1, "num_heads": 2,
                               "intermediate_size": 64, "max_position_embeddings": 64})
-METRIC_KEYS = {"mlm_accuracy", "mlm_loss", "mlm_accuracy_kept", "mlm_loss_kept",
+METRIC_KEYS = {"mask_accuracy", "mask_loss", "mask_unigram_accuracy", "mlm_accuracy", "mlm_loss", "mlm_accuracy_kept", "mlm_loss_kept",
                "mlm_accuracy_random", "mlm_loss_random", "mlm_accuracy_no_mask", "nsp_accuracy",
                "probe_accuracy", "probe_accuracy_cls", "finetune_accuracy", "final_train_loss",
                "steps", "epochs_seen", "train_examples", "train_seconds", "curve"}
@@ -67,9 +69,28 @@ def test_grid_has_every_variant_and_seed():
     assert cell_key(by_name[("80/10/10", 0)]) == cell_key(by_name[("MLM + NSP", 0)])
     assert len({cell_key(c) for c in cells}) == 7 * 2
     for group in GROUPS:
-        assert BASELINES[group] in [name for name, _ in GROUPS[group]]
-        baseline = Cell("b", dict(GROUPS[group])[BASELINES[group]], 0, TOY)
+        baseline = Cell("b", dict(GROUPS[group])[group_baseline(group, TOY)], 0, TOY)
         assert baseline.settings() == PRETRAIN_DEFAULTS  # the baseline is BERT's recipe
+
+
+def test_the_course_budget_is_the_course_recipe_and_its_baselines_follow():
+    course, r = BUDGETS["course"], recipe("course")
+    assert (course.optimizer, course.lr, course.muon_lr) == (r.optimizer, r.lr, r.muon_lr)
+    assert (course.batch_size, course.max_seq_len) == (r.batch_size, r.max_seq_len)
+    assert course.model_overrides == {"hidden_dropout": r.dropout, "attention_dropout": r.dropout}
+    reference = {**PRETRAIN_DEFAULTS, "mlm_probability": r.mlm_probability, "nsp": r.nsp}
+    assert {g: group_baseline(g, course) for g in GROUPS} == {
+        "masking-procedure": "80/10/10", "nsp": "MLM only", "masking-rate": "40%",
+        "static-vs-dynamic": "dynamic"}
+    for group in GROUPS:  # each group's baseline is the recipe itself; every other cell is not
+        for name, overrides in GROUPS[group]:
+            is_reference = Cell(name, overrides, 0, course).settings() == reference
+            assert is_reference == (name == group_baseline(group, course))
+    cells = ablation_grid(None, (0, 1, 2), course)
+    assert len({cell_key(c) for c in cells}) == 10 * 3  # the reference runs once per seed
+    assert recipe_budget("course", "x", max_steps=7).max_steps == 7  # fields win over the recipe
+    with pytest.raises(ValueError, match="no variant of group 'masking-rate'"):
+        group_baseline("masking-rate", Budget(name="odd", settings={"mlm_probability": 0.2}))
 
 
 def test_procedure_overrides_reads_mask_same_random():
@@ -95,8 +116,12 @@ def test_key_follows_every_setting_but_not_the_label(monkeypatch):
     assert config["settings"] == {**PRETRAIN_DEFAULTS}
     assert config["device"] == "cpu/fp32"
     assert config_key(json.loads(json.dumps(config))) == key  # survives a JSON round trip
+    # An edit to the source keeps the key: the records in the repository stay valid, and each
+    # names the source that produced it. A change that moves numbers bumps EXPERIMENT_VERSION.
     monkeypatch.setattr(grid, "code_digest", lambda: "edited-source")
-    assert cell_key(cell) != key  # a code change invalidates the cache
+    assert cell_key(cell) == key
+    monkeypatch.setattr(grid, "EXPERIMENT_VERSION", grid.EXPERIMENT_VERSION + 1)
+    assert cell_key(cell) != key
 
 
 def test_a_budget_can_change_the_reference_recipe():
@@ -143,12 +168,13 @@ def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
     assert record["cached"] is False
     assert record["key"] == cell_key(cell)
     assert record["config"] == cell_config(cell)
+    assert record["code"] == grid.code_digest()  # which source produced it
     assert record["cell"] == {"name": "80/10/10", "group": "masking-procedure", "overrides": {},
                               "seed": 0, "budget": "toy"}
     metrics = record["metrics"]
     assert set(metrics) == METRIC_KEYS
-    for name in ("mlm_accuracy", "mlm_accuracy_kept", "mlm_accuracy_random", "nsp_accuracy",
-                 "probe_accuracy", "probe_accuracy_cls"):
+    for name in ("mask_accuracy", "mask_unigram_accuracy", "mlm_accuracy", "mlm_accuracy_kept",
+                 "mlm_accuracy_random", "nsp_accuracy", "probe_accuracy", "probe_accuracy_cls"):
         assert 0.0 <= metrics[name] <= 1.0, name
     assert metrics["mlm_accuracy_no_mask"] == pytest.approx(
         (metrics["mlm_accuracy_kept"] + metrics["mlm_accuracy_random"]) / 2)
@@ -156,8 +182,8 @@ def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
     assert metrics["steps"] == TOY.max_steps and math.isfinite(metrics["final_train_loss"])
     # The learning curve: step 0, every max_steps // 8 steps (1 here), and the end.
     assert [p["step"] for p in metrics["curve"]] == list(range(TOY.max_steps + 1))
-    assert all(0.0 <= p["mlm_accuracy"] <= 1.0 and 0.0 <= p["nsp_accuracy"] <= 1.0
-               for p in metrics["curve"])
+    assert all(0.0 <= p[k] <= 1.0 for p in metrics["curve"]
+               for k in ("mask_accuracy", "mlm_accuracy", "nsp_accuracy"))
     saved = json.loads((tmp_path / f"{record['key']}.json").read_text())
     assert saved["metrics"] == metrics and "cached" not in saved
 
@@ -268,14 +294,15 @@ def test_summary_and_noise_verdicts():
     assert base["mlm_accuracy_mean"] == pytest.approx(0.51)
     assert base["mlm_accuracy_std"] == pytest.approx(math.sqrt(2) * 0.01)
     assert "probe_accuracy_mean" not in base  # not measured
-    (nsp,) = compare_to_baseline(rows, "nsp", "mlm_accuracy")
+    (nsp,) = compare_to_baseline(rows, "nsp", "mlm_accuracy", "MLM + NSP")
     assert nsp["diff"] == pytest.approx(-0.01) and nsp["verdict"] == "within noise"
-    verdicts = {v["name"]: v for v in compare_to_baseline(rows, "masking-rate", "mlm_accuracy")}
+    verdicts = {v["name"]: v
+                for v in compare_to_baseline(rows, "masking-rate", "mlm_accuracy", "15%")}
     assert verdicts["40%"]["verdict"] == "better"
     assert verdicts["40%"]["se"] == pytest.approx(math.sqrt(0.00005 / 2 + 0.00005 / 2))
     assert verdicts["30%"]["verdict"] == "too few seeds"
     with pytest.raises(ValueError, match="no baseline row"):
-        compare_to_baseline(rows, "nsp", "probe_accuracy")
+        compare_to_baseline(rows, "nsp", "probe_accuracy", "MLM + NSP")
     table = format_summary(rows, metrics=("mlm_accuracy", "probe_accuracy"))
     assert "51.0 ± 1.4" in table and "probe_accuracy" not in table
 
@@ -347,3 +374,24 @@ def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp
     assert script.main(argv) == 0  # everything finished: read back from the cache
     assert "cached" in capsys.readouterr().out
     assert all(r["cached"] for r in load_results(out)["records"])
+    assert saved["code"] == [grid.code_digest()]
+    # A fresh clone has the results file but an empty cache: its records seed the cache, and
+    # nothing runs again.
+    monkeypatch.setattr(script, "run_grid", _no_run_grid(script.run_grid))
+    fresh = ["--cache-dir", str(tmp_path / "fresh-cache")]
+    assert script.main([*argv[:-4], *fresh, "--out", str(out)]) == 0
+    assert "2 finished record(s)" in capsys.readouterr().out
+    assert all(r["cached"] for r in load_results(out)["records"])
+
+
+def _no_run_grid(run_grid):
+    """Wrap run_grid so that a cell that would run (not read from the cache) fails the test."""
+    def wrapped(cells, cache_dir, **kwargs):
+        def must_not_run(*args, **kw):
+            raise AssertionError("a cell in the seeded cache was run again")
+        original, ablations._train_and_measure = ablations._train_and_measure, must_not_run
+        try:
+            return run_grid(cells, cache_dir, **kwargs)
+        finally:
+            ablations._train_and_measure = original
+    return wrapped
