@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: setup demo test test-unit test-notebooks notebooks lab bench results lint clean
+.PHONY: setup check demo test test-unit test-notebooks notebooks lab bench results lint clean
 
 setup: $(STAMP)
 
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev,zh]"
 	touch $(STAMP)
+
+# Before a workshop, on each laptop: Python, packages, corpora, tokenizer, training speed (20 s),
+# Jupyter widgets, disk, memory; one line each, exit status 1 if anything failed.
+check: $(STAMP)
+	$(PY) -m bertlab doctor
 
 demo: $(STAMP)
 	$(PY) -m bertlab demo

@@ -1,4 +1,4 @@
-"""`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo.
+"""`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo, doctor.
 
 Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
 `TrainConfig` field and per model-size setting, generated from the dataclasses. Errors reach
@@ -24,6 +24,7 @@ from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.demo import DEMO_STEPS, check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.device import close_distributed, init_distributed, resolve_device
+from bertlab.doctor import run_doctor
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
@@ -199,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epochs of [CLS] fine-tuning on BBC topics at the end (default: 3)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice)")
+
+    p = sub.add_parser("doctor", help="check this machine for the course (make check)",
+                       description="Check Python, packages, corpora, tokenizer, training speed, "
+                                   "Jupyter widgets, disk, memory, CPU and GPU: one line each. "
+                                   "Exit 0 when nothing failed, 1 otherwise.")
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="how long to time training for the speed check (default: 20)")
     return parser
 
 
@@ -467,7 +475,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
-            "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo}
+            "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo,
+            "doctor": lambda args: run_doctor(args.seconds)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
