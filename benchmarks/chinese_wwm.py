@@ -1,9 +1,10 @@
 """Character masking vs whole-word masking for a Chinese BERT, side by side, on CPU.
 
 For each seed, two tiny BERTs start from the same initialisation and see the same NSP examples
-of the zh-news training split in the same order; they differ only in which tokens are targets:
-single characters, or every character of a gold word (`pretraining_loader(..., word_ids=...)`). Then,
-for each model:
+of the zh-news training split in the same order, trained with the course recipe
+(`recipe("course")`: 40% of tokens as targets, MLM only, Muon, 16 x 64-token pairs); they differ
+only in which tokens are targets: single characters, or every character of a gold word
+(`pretraining_loader(..., word_ids=...)`). Then, for each model:
 
 1. masked-LM accuracy on held-out zh-news pairs (validation split) under two fixed maskings,
    every target shown as [MASK]: characters one by one (char_accuracy), and whole words
@@ -15,7 +16,7 @@ for each model:
 Prints one row per seed and model, then medians over seeds and the difference whole-word minus
 character, and writes everything (with the command) to benchmarks/results/chinese_wwm.json.
 
-Usage: python benchmarks/chinese_wwm.py [--steps 400] [--seeds 0 1] [--per-class 1000]
+Usage: python benchmarks/chinese_wwm.py [--steps 2500] [--seeds 0 1 2] [--per-class 1000]
 """
 
 from __future__ import annotations
@@ -32,29 +33,44 @@ from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.document import split_documents
 from bertlab.finetune import FinetuneConfig, finetune_classifier
-from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.model import BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import pretrain
+from bertlab.recipes import recipe
 from bertlab.tokenizer import train_tokenizer
-from bertlab.train import TrainConfig
 from bertlab.zh import nsp_word_ids, segment_corpus, whole_word_scores
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("char", "wwm")
+RECIPE = recipe("course")
 
 
 def segmented_examples(docs, tok, seed: int):
     """Return (NSP examples, their word ids) for the documents."""
     corpus = segment_corpus(docs, tok)
-    examples = create_nsp_examples(corpus, tok, max_seq_len=128, seed=seed)
+    examples = create_nsp_examples(corpus, tok, max_seq_len=RECIPE.max_seq_len, seed=seed)
     return examples, [nsp_word_ids(e, corpus) for e in examples]
+
+
+METRICS = ("char_masked_char_accuracy", "word_masked_char_accuracy", "word_accuracy",
+           "multi_char_word_accuracy", "sentiment_accuracy")
+
+
+def medians_of(rows: list[dict]) -> dict:
+    """Return, per model, the median over seeds of each metric it has."""
+    medians = {}
+    for model in ("from scratch", *KINDS):
+        chosen = [r for r in rows if r["model"] == model]
+        if chosen:
+            medians[model] = {m: statistics.median(r[m] for r in chosen) for m in METRICS
+                              if m in chosen[0]}
+    return medians
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400, help="pretraining steps per model")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--steps", type=int, default=2500, help="pretraining steps per model")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--per-class", type=int, default=1000,
                         help="labelled reviews per class for fine-tuning")
     parser.add_argument("--finetune-epochs", type=float, default=2.0)
@@ -83,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for seed in args.seeds:
-        config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size())
+        config = RECIPE.model_config("tiny", tok.get_vocab_size())
         finetune = FinetuneConfig(epochs=args.finetune_epochs, max_seq_len=64, device="cpu",
                                   seed=seed)
         scratch = finetune_classifier(config, reviews, tokenizer=tok, config=finetune,
@@ -92,10 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         for kind in KINDS:
             model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
             loader = pretraining_loader(train_ex, tok, split=None, word_ids=train_words,
-                                        whole_word=kind == "wwm", batch_size=32, seed=seed)
-            run = pretrain(model, loader, None, TrainConfig(
-                max_steps=args.steps, batch_size=32, lr=args.lr, checkpoint_interval=None,
-                progress=False, log_interval=0, device="cpu", seed=seed))
+                                        whole_word=kind == "wwm", seed=seed,
+                                        batch_size=RECIPE.batch_size,
+                                        mlm_probability=RECIPE.mlm_probability)
+            run = pretrain(model, loader, None, RECIPE.train_config(
+                max_steps=args.steps, checkpoint_interval=None, progress=False, log_interval=0,
+                device="cpu", seed=seed), nsp=RECIPE.nsp)
             row = {"seed": seed, "model": kind, "train_seconds": round(run.elapsed_s, 1),
                    "final_loss": sum(run.step_losses[-20:]) / len(run.step_losses[-20:])}
             for eval_kind, loader in evals.items():
@@ -111,17 +129,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in row.items()), flush=True)
+        # After every seed, so a stopped run keeps what it finished.
+        write_record("chinese_wwm.py", args, argv, args.out, complete=False, recipe=RECIPE.to_dict(),
+                     total_seconds=round(time.perf_counter() - start, 1), rows=rows,
+                     medians=medians_of(rows))
 
-    metrics = ("char_masked_char_accuracy", "word_masked_char_accuracy", "word_accuracy",
-               "multi_char_word_accuracy", "sentiment_accuracy")
-    medians = {}
-    for model in ("from scratch", *KINDS):
-        chosen = [r for r in rows if r["model"] == model]
-        medians[model] = {m: statistics.median(r[m] for r in chosen) for m in metrics
-                          if m in chosen[0]}
-    print(f"\nmedians over seeds {args.seeds} ({args.steps} steps, tiny):")
+    medians = medians_of(rows)
+    print(f"\nmedians over seeds {args.seeds} ({args.steps} steps, tiny, course recipe):")
     print(f"{'metric':<28} {'char':>8} {'wwm':>8} {'wwm-char':>9} {'wwm/char':>9}")
-    for m in metrics:
+    for m in METRICS:
         c, w = medians["char"][m], medians["wwm"][m]
         ratio = f"{w / c:9.2f}" if c else f"{'-':>9}"
         print(f"{m:<28} {c:8.4f} {w:8.4f} {w - c:+9.4f} {ratio}")
@@ -129,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - start
     print(f"total {total / 60:.1f} min")
 
-    write_record("chinese_wwm.py", args, argv, args.out, total_seconds=round(total, 1),
-                 rows=rows, medians=medians)
+    write_record("chinese_wwm.py", args, argv, args.out, complete=True, recipe=RECIPE.to_dict(),
+                 total_seconds=round(total, 1), rows=rows, medians=medians)
     return 0
 
 

@@ -462,13 +462,14 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
     return fig
 
 
-def plot_ablation_curves(records, groups, baseline: float | None = None):
-    """Return one panel per group: held-out MLM accuracy against step, one line per variant.
+def plot_ablation_curves(records, groups, baseline: float | None = None,
+                         metric: str = "mask_accuracy"):
+    """Return one panel per group: a held-out accuracy against step, one line per variant.
 
-    `records` are `bertlab.ablations` cell records whose metrics hold a `curve` (step,
-    mlm_accuracy); a variant's line is the mean over its seeds, with the seeds' range shaded.
-    `baseline` (e.g. the unigram guess) is drawn as a dashed line: while the curves sit on it,
-    the models predict frequent words, not words in context.
+    `records` are `bertlab.ablations` cell records whose metrics hold a `curve` (step, `metric`:
+    "mask_accuracy" at [MASK] targets or "mlm_accuracy" at all); a line is the mean over seeds,
+    the seeds' range shaded. `baseline` (the unigram guess) is dashed: while the curves sit on
+    it, the models predict frequent words, not words in context.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
@@ -484,7 +485,7 @@ def plot_ablation_curves(records, groups, baseline: float | None = None):
                              f"curve; run the sweep with a bertlab that records one")
         for name, runs in curves.items():
             steps = [p["step"] for p in runs[0]]
-            acc = 100 * np.array([[p["mlm_accuracy"] for p in run] for run in runs])
+            acc = 100 * np.array([[p[metric] for p in run] for run in runs])
             line, = ax.plot(steps, acc.mean(0), marker=".", label=f"{name} (n={len(runs)})")
             if len(runs) > 1:
                 ax.fill_between(steps, acc.min(0), acc.max(0), color=line.get_color(), alpha=0.15)
@@ -492,8 +493,7 @@ def plot_ablation_curves(records, groups, baseline: float | None = None):
             ax.axhline(100 * baseline, color="grey", linestyle="--", linewidth=1,
                        label="unigram guess")
         ax.set_title(group, fontsize=10)
-        ax.set_xlabel("step")
-        ax.set_ylabel("held-out MLM accuracy (%)")
+        ax.set(xlabel="step", ylabel=f"held-out {metric} (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()

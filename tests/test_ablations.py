@@ -327,8 +327,8 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
 
     def rec(name, seed, accs):
         return {"cell": {"group": "nsp", "name": name, "seed": seed},
-                "metrics": {"curve": [{"step": 10 * i, "mlm_accuracy": a, "nsp_accuracy": 0.5}
-                                      for i, a in enumerate(accs)]}}
+                "metrics": {"curve": [{"step": 10 * i, "mask_accuracy": a, "mlm_accuracy": 2 * a,
+                                       "nsp_accuracy": 0.5} for i, a in enumerate(accs)]}}
 
     records = [rec("MLM + NSP", 0, [0.0, 0.1, 0.2]), rec("MLM + NSP", 1, [0.0, 0.1, 0.3]),
                rec("MLM only", 0, [0.0, 0.2, 0.4])]
@@ -336,6 +336,9 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
     lines = fig.axes[0].get_lines()
     assert len(lines) == 3  # two variants and the baseline
     assert list(lines[0].get_ydata()) == pytest.approx([0.0, 10.0, 25.0])  # mean of the seeds
+    assert fig.axes[0].get_ylabel() == "held-out mask_accuracy (%)"
+    fig = plot_ablation_curves(records, ["nsp"], metric="mlm_accuracy")
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == pytest.approx([0.0, 20.0, 50.0])
     with pytest.raises(ValueError, match="no record of group 'masking-rate'"):
         plot_ablation_curves(records, ["masking-rate"])
 

@@ -1,0 +1,116 @@
+"""Pretrain the course model that notebooks load where a lesson needs more than a live run.
+
+Runs `python -m bertlab pretrain` with the course recipe on the embedded BBC corpus, exports the
+result as a Hugging Face folder (config.json, model.safetensors, tokenizer files) into
+models/course-tiny/, and writes MANIFEST.json beside it: the exact commands, the recipe, a digest
+of the corpus text and of every file written, and the model's held-out scores ([MASK]
+accuracy on BERT-masked 64-token pairs with the no-context bar, the cloze set). A notebook that
+loads the model reads MANIFEST.json too, so it can say what it loaded and how it was made.
+
+Usage: python tools/course_model.py [--steps 8000] [--threads 1]     (make course-model)
+A killed run resumes where its last checkpoint left it when started again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import bertlab
+from bertlab.checkpoint import latest_checkpoint, load_model
+from bertlab.cli import main as cli
+from bertlab.cloze import CLOZE_SET, cloze_score
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.pretraining import evaluate
+from bertlab.recipes import VAL_SEQ_LEN, recipe
+from bertlab.util import atomic_write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def corpus_digest(name: str) -> tuple[int, str]:
+    """Return (documents, SHA-256 of their ids, splits and texts in order)."""
+    h, docs = hashlib.sha256(), load_corpus(name)
+    for d in docs:
+        h.update(f"{d.id}\t{d.split}\t{d.text}\n".encode())
+    return len(docs), h.hexdigest()
+
+
+def shown(path: Path) -> str:
+    """Return a path as a command should show it: relative to the repository when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=8000)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--run", type=Path, default=ROOT / "runs" / "course-model")
+    p.add_argument("--out", type=Path, default=ROOT / "models" / "course-tiny")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    pretrain = ["pretrain", "--recipe", "course", "--corpus", "bbc", "--max-steps",
+                str(args.steps), "--threads", str(args.threads), "--eval-interval", "1000",
+                "--checkpoint-interval", "1000", "--no-progress", "--out", str(args.run)]
+    if latest_checkpoint(args.run) is not None:
+        pretrain.append("--resume")
+    if cli(pretrain) != 0:
+        return 1
+    staging = args.out.with_name(args.out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    if cli(["export-hf", str(args.run), str(staging)]) != 0:
+        return 1
+
+    torch.set_num_threads(args.threads)
+    model, tok = load_model(staging, require_tokenizer=True)
+    docs = load_corpus("bbc")
+    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
+                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    scores = evaluate(model, val, max_batches=50)
+    cloze = cloze_score(model, tok, CLOZE_SET)
+    count, digest = corpus_digest("bbc")
+    manifest = {
+        "what": "a tiny BERT pretrained by bertlab with the course recipe on BBC News",
+        "commands": [
+            "python -m bertlab " + " ".join(shown(args.run) if a == str(args.run) else a
+                                            for a in pretrain if a != "--resume"),
+            f"python -m bertlab export-hf {shown(args.run)} {shown(args.out)}"],
+        "made_by": "python tools/course_model.py " + " ".join(argv or sys.argv[1:]),
+        "recipe": recipe("course").to_dict(),
+        "steps": args.steps,
+        "corpus": {"name": "bbc", "documents": count, "sha256": digest},
+        "versions": {"bertlab": bertlab.__version__, "torch": torch.__version__.split("+")[0]},
+        "validation": {"pairs": f"BERT-masked {VAL_SEQ_LEN}-token validation pairs, 50 batches "
+                                f"of 32, seed 0",
+                       **{k: scores[k] for k in ("mask_accuracy", "mask_loss",
+                                                 "mask_unigram_accuracy", "mask_unigram_loss",
+                                                 "mlm_accuracy", "kept_accuracy",
+                                                 "random_accuracy")}},
+        "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
+        "files": {f.name: sha256(f) for f in sorted(staging.iterdir()) if f.is_file()},
+        "minutes": round((time.perf_counter() - start) / 60, 1),
+    }
+    atomic_write_json(staging / "MANIFEST.json", manifest)
+    shutil.rmtree(args.out, ignore_errors=True)
+    staging.rename(args.out)
+    size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
+    print(f"wrote {args.out} ({size:.1f} MiB): [MASK] accuracy {scores['mask_accuracy']:.3f} "
+          f"(bar {scores['mask_unigram_accuracy']:.3f}), cloze top-1 {cloze['top1']:.2f}, "
+          f"top-5 {cloze['top5']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
