@@ -138,7 +138,9 @@ def nsp_explorer(examples, tokenizer):
     """
     chooser = widgets.ToggleButtons(options=["all", "IsNext", "NotNext", "truncated"],
                                     description="show")
-    index = widgets.IntSlider(min=0, max=max(0, len(examples) - 1), description="example")
+    # Thousands of examples: the default ~100 px track skips a hundred per pixel when dragged.
+    index = widgets.IntSlider(min=0, max=max(0, len(examples) - 1), description="example",
+                              layout=widgets.Layout(width="100%", max_width="800px"))
     view = widgets.HTML()
 
     def selected():
