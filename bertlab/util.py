@@ -52,11 +52,22 @@ def fsync_path(path: str | Path) -> None:
         os.close(fd)
 
 
+def _file_mode() -> int:
+    """Return the mode a new file gets here (0o666 less the umask): read once, at import."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_FILE_MODE = _file_mode()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Return `path` after replacing its content with `data` in one step (temp file + rename)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp's file is owner-only; give it an ordinary file's mode
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -102,6 +113,8 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     try:
         write(staging)
         for item in sorted(staging.rglob("*"), reverse=True):  # files before their folders
+            if item.is_file():
+                item.chmod(_FILE_MODE)  # some writers (safetensors) leave files owner-only
             fsync_path(item)
         fsync_path(staging)
         with _signals_deferred():

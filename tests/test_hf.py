@@ -317,6 +317,21 @@ def test_save_hf_replaces_an_export_but_not_other_folders(tmp_path):
     assert (tmp_path / "notes" / "todo.txt").exists()
 
 
+def test_an_export_is_readable_by_others_as_any_new_file_is(tmp_path):
+    # A shared workshop machine: teammates must be able to read an export. Every file gets the
+    # mode a new file gets here (0o666 less the umask), never the owner-only mode of a temp file.
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        save_hf(BertForPreTraining(BertConfig(vocab_size=50, hidden_size=32, num_layers=1,
+                                              num_heads=2)), None, tmp_path / "out")
+    finally:
+        os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+
+
 def test_bertlab_imports_and_exports_without_transformers(tmp_path):
     code = f"""
 import sys
