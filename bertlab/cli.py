@@ -34,7 +34,7 @@ from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
 from bertlab.recipes import RECIPE_TRAIN_FIELDS, RECIPES, recipe
 from bertlab.resume import check_run_folder, hold_run_folder
-from bertlab.shards import prepare_command
+from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
 from bertlab.train import TrainConfig
 from bertlab.util import (
@@ -316,7 +316,9 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         given["max_steps"] = None  # --minutes alone: the time budget decides
     chosen = recipe(args.recipe)
     config = chosen.train_config(**given)
-    max_seq_len = chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len
+    shards = folder_kind(corpus) == "shards"  # their pairs were cut by prepare: that length rules
+    max_seq_len = (shard_pair_length(corpus, args.max_seq_len) if shards else
+                   chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
     mlm_probability = (chosen.mlm_probability if args.mlm_probability is None
                        else args.mlm_probability)
     nsp = chosen.nsp if args.nsp is None else args.nsp
@@ -354,7 +356,9 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
                          f"to continue it exactly (nothing was written)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    shards = folder_kind(corpus) == "shards"
+    if shards and max_seq_len != chosen.max_seq_len:
+        say(f"note: the shards hold {max_seq_len}-token pairs, not the {chosen.max_seq_len} of "
+            f"--recipe {args.recipe}; prepare with --max-seq-len {chosen.max_seq_len} to match it")
     docs = None if shards else load_corpus(args.corpus)
     tok = _pretraining_tokenizer(args, out, corpus, shards, docs)
     train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type,

@@ -277,6 +277,22 @@ def shard_folder(path: str | Path, split: str | None) -> Path:
     )
 
 
+def shard_pair_length(path: str | Path, asked: int | None = None) -> int:
+    """Return the pair length (`max_seq_len`) the training shards under `path` were prepared with.
+
+    The pairs are cut when the shards are written, so a run on them trains on that length
+    whatever it asks for; `asked` (a run's `--max-seq-len`) other than it is a ValueError that
+    says how to get the length asked for.
+    """
+    folder = shard_folder(path, "train")
+    held = json.loads((folder / "meta.json").read_text(encoding="utf-8"))["max_seq_len"]
+    if asked is not None and asked != held:
+        raise ValueError(f"--max-seq-len {asked}: the shards in '{path}' hold {held}-token pairs "
+                         f"(cut when they were prepared); leave --max-seq-len out to train on "
+                         f"them, or prepare again with --max-seq-len {asked}")
+    return held
+
+
 class ShardExample(NamedTuple):
     """One example as the shards hold it: its ids, the length of A, its NSP label, its document."""
 
