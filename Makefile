@@ -42,8 +42,8 @@ BENCHES := tokenizer masking data train_step gpu_throughput
 bench: $(STAMP)
 	for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
 
-# The course model some notebooks load (models/course-tiny: the course recipe, 8,000 steps,
-# about 15 minutes on one core; MANIFEST.json beside it says how it was made).
+# The course model notebook 06 loads (models/course-tiny: the course recipe, 8,000 steps,
+# about 20 minutes on one free core; MANIFEST.json beside it says how it was made).
 course-model: $(STAMP)
 	$(PY) tools/course_model.py --steps 8000 --threads 1
 
