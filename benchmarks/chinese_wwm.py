@@ -9,7 +9,9 @@ only in which tokens are targets: single characters, or every character of a gol
 1. masked-LM accuracy on held-out zh-news pairs (validation split) under two fixed maskings,
    every target shown as [MASK]: characters one by one (char_accuracy), and whole words
    (word_accuracy: a word counts as right only if all its characters are; multi_char: the same
-   over words of 2+ characters);
+   over words of 2+ characters); and the second characters of hidden two-character words with
+   the first one hidden too, or shown again (second_char_partner_hidden / _visible: how much a
+   model copies from the other half of a word);
 2. zh-reviews sentiment (pos/neg) after fine-tuning on `--per-class` reviews per class, test
    accuracy; a model trained from scratch with the same recipe is the baseline.
 
@@ -38,7 +40,7 @@ from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import pretrain
 from bertlab.recipes import recipe
 from bertlab.tokenizer import train_tokenizer
-from bertlab.zh import nsp_word_ids, segment_corpus, whole_word_scores
+from bertlab.zh import nsp_word_ids, second_character_batches, segment_corpus, whole_word_scores
 
 RESULTS = Path(__file__).parent / "results"
 KINDS = ("char", "wwm")
@@ -53,7 +55,8 @@ def segmented_examples(docs, tok, seed: int):
 
 
 METRICS = ("char_masked_char_accuracy", "word_masked_char_accuracy", "word_accuracy",
-           "multi_char_word_accuracy", "sentiment_accuracy")
+           "multi_char_word_accuracy", "second_char_partner_hidden",
+           "second_char_partner_visible", "sentiment_accuracy")
 
 
 def medians_of(rows: list[dict]) -> dict:
@@ -123,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
                 if eval_kind == "wwm":
                     row["word_accuracy"] = scores["word_accuracy"]
                     row["multi_char_word_accuracy"] = scores["multi_char_word_accuracy"]
+            # Second characters of hidden two-character words, partner hidden / shown again.
+            for reveal in (False, True):
+                batches = second_character_batches(evals["wwm"], reveal=reveal)
+                name = "visible" if reveal else "hidden"
+                row[f"second_char_partner_{name}"] = whole_word_scores(model, batches)["char_accuracy"]
             result = finetune_classifier(model, reviews, tokenizer=tok, config=finetune,
                                          k_per_class=args.per_class)
             row["sentiment_accuracy"] = result.accuracy

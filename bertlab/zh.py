@@ -225,3 +225,39 @@ def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = N
             "multi_char_word_accuracy": totals["multi_correct"] / max(totals["multi"], 1),
             "targets": totals["targets"], "words": totals["words"],
             "multi_char_words": totals["multi"]}
+
+
+def second_character_batches(loader: Any, reveal: bool, max_batches: int | None = None
+                             ) -> list[dict[str, torch.Tensor]]:
+    """Return whole-word evaluation batches whose only targets are the second characters of
+    wholly hidden two-character words; with `reveal=True` the first character of each such
+    word is shown again (its original token put back), so the partner is visible.
+
+    Scored with `whole_word_scores`, the two settings say how much a model copies from the
+    other half of a word: a character-masked model learns to, a whole-word model is never
+    shown half a word in training. `loader` is a whole-word loader built with
+    `return_word_ids=True` and every target shown as [MASK].
+
+    Taught in notebooks/08_chinese_bert.ipynb.
+    """
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(0)
+    out = []
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        if "word_ids" not in batch:
+            raise ValueError("second_character_batches: batches need 'word_ids'; build the loader "
+                             "with pretraining_loader(..., word_ids=..., return_word_ids=True)")
+        labels, ids, words = batch["labels"].clone(), batch["input_ids"].clone(), batch["word_ids"]
+        keep = torch.zeros_like(labels, dtype=torch.bool)
+        for row in range(len(labels)):
+            for w in words[row][words[row] >= 0].unique():
+                cols = (words[row] == w).nonzero().flatten()
+                if len(cols) == 2 and bool((labels[row, cols] != IGNORE_INDEX).all()):
+                    keep[row, cols[1]] = True
+                    if reveal:
+                        ids[row, cols[0]] = labels[row, cols[0]]
+        labels[~keep] = IGNORE_INDEX
+        out.append({**batch, "input_ids": ids, "labels": labels})
+    return out

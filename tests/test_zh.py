@@ -13,7 +13,13 @@ from bertlab.document import Document
 from bertlab.model import IGNORE_INDEX
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
-from bertlab.zh import nsp_word_ids, segment_corpus, whole_word_counts, whole_word_scores
+from bertlab.zh import (
+    nsp_word_ids,
+    second_character_batches,
+    segment_corpus,
+    whole_word_counts,
+    whole_word_scores,
+)
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +196,39 @@ def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
     assert always["multi_char_word_accuracy"] == 0.0  # no gold word is 的的
     with pytest.raises(ValueError, match="return_word_ids=True"):
         whole_word_scores(_Guesser(10), word_loader(examples[:4], all_ids[:4], zh_tok))
+
+
+def test_second_character_batches_keep_only_second_characters(zh_tok, segmented):
+    _, examples, all_ids = segmented
+    loader = word_loader(examples[:100], all_ids[:100], zh_tok, whole_word=True, shuffle=False,
+                         masking="static", return_word_ids=True, batch_size=25,
+                         mask_replace_prob=1.0, random_replace_prob=0.0)
+    full = list(loader)
+    hidden = second_character_batches(loader, reveal=False)
+    shown = second_character_batches(loader, reveal=True, max_batches=2)
+    assert len(hidden) == len(full) and len(shown) == 2
+    mask = zh_tok.token_to_id("[MASK]")
+    pairs = 0
+    for batch, h, v in zip(full, hidden, shown + [None] * len(full), strict=False):
+        for row in range(len(batch["labels"])):
+            words = batch["word_ids"][row]
+            for t in (h["labels"][row] != IGNORE_INDEX).nonzero().flatten().tolist():
+                cols = (words == words[t]).nonzero().flatten().tolist()
+                # the second of exactly two characters, both hidden in the original batch
+                assert len(cols) == 2 and cols[1] == t
+                assert (batch["labels"][row, cols] != IGNORE_INDEX).all()
+                assert h["labels"][row, t] == batch["labels"][row, t]
+                assert h["input_ids"][row, cols[0]] == mask
+                if v is not None:
+                    assert v["input_ids"][row, cols[0]] == batch["labels"][row, cols[0]]
+                    assert v["input_ids"][row, t] == mask
+                pairs += 1
+    assert pairs > 100
+    # An oracle is right on every second character; the labels are untouched by reveal.
+    oracle = whole_word_scores(_Guesser(zh_tok.get_vocab_size()), hidden)
+    assert oracle["char_accuracy"] == 1.0 and oracle["targets"] == pairs
+    with pytest.raises(ValueError, match="return_word_ids=True"):
+        second_character_batches(word_loader(examples[:4], all_ids[:4], zh_tok), reveal=True)
 
 
 def test_bad_input_is_named(zh_news, zh_tok, segmented):
