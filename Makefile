@@ -47,7 +47,7 @@ bench: $(STAMP)
 course-model: $(STAMP)
 	$(PY) tools/course_model.py --steps 8000 --threads 1
 
-# The experiments whose saved results the notebooks read (about 5 core-hours on a CPU; run it
+# The experiments whose saved results the notebooks read (about 8 core-hours on a CPU; run it
 # across sittings). Each JSON in benchmarks/results/ records the command that made it; finished
 # ablation cells are kept there and seed the cache, so a fresh clone resumes instead of re-running.
 results: $(STAMP)
