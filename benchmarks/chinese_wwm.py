@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
                                  mask_replace_prob=1.0, random_replace_prob=0.0)
         for kind in KINDS
     }
+    # Second characters of hidden two-character words, partner hidden / shown again: the same
+    # batches for every model, built once.
+    partner_batches = {name: second_character_batches(evals["wwm"], reveal=reveal)
+                       for name, reveal in (("hidden", False), ("visible", True))}
     print(f"{len(train_ex)} training pairs, {len(val_ex)} validation pairs, vocabulary "
           f"{tok.get_vocab_size()}; {args.steps} steps per model", flush=True)
 
@@ -129,10 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 if eval_kind == "wwm":
                     row["word_accuracy"] = scores["word_accuracy"]
                     row["multi_char_word_accuracy"] = scores["multi_char_word_accuracy"]
-            # Second characters of hidden two-character words, partner hidden / shown again.
-            for reveal in (False, True):
-                batches = second_character_batches(evals["wwm"], reveal=reveal)
-                name = "visible" if reveal else "hidden"
+            for name, batches in partner_batches.items():
                 row[f"second_char_partner_{name}"] = whole_word_scores(model, batches)["char_accuracy"]
             result = finetune_classifier(model, reviews, tokenizer=tok, config=finetune,
                                          k_per_class=args.per_class)

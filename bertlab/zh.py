@@ -22,7 +22,7 @@ Taught in notebooks/08_chinese_bert.ipynb.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +177,20 @@ def whole_word_counts(predictions: torch.Tensor, labels: torch.Tensor, word_ids:
             "tokens": int(size[whole].sum()), "tokens_correct": int(hits[whole].sum())}
 
 
+def _word_batches(loader: Any, max_batches: int | None, caller: str) -> Iterator[dict]:
+    """Yield the batches of epoch 0 of `loader` (at most `max_batches`), each checked to carry
+    "word_ids"."""
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(0)
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            return
+        if "word_ids" not in batch:
+            raise ValueError(f"{caller}: batches need 'word_ids'; build the loader with "
+                             f"pretraining_loader(..., word_ids=..., return_word_ids=True)")
+        yield batch
+
+
 @torch.no_grad()
 def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = None
                       ) -> dict[str, float]:
@@ -189,20 +203,13 @@ def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = N
 
     Taught in notebooks/08_chinese_bert.ipynb.
     """
-    if hasattr(loader, "set_epoch"):
-        loader.set_epoch(0)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     totals = dict.fromkeys(("targets", "correct", "words", "words_correct", "multi",
                             "multi_correct"), 0)
     try:
-        for i, batch in enumerate(loader):
-            if max_batches is not None and i >= max_batches:
-                break
-            if "word_ids" not in batch:
-                raise ValueError("whole_word_scores: batches need 'word_ids'; build the loader "
-                                 "with pretraining_loader(..., word_ids=..., return_word_ids=True)")
+        for batch in _word_batches(loader, max_batches, "whole_word_scores"):
             labels = batch["labels"]
             out = model(batch["input_ids"].to(device), batch["attention_mask"].to(device),
                         batch["token_type_ids"].to(device), labels=labels.to(device))
@@ -240,15 +247,8 @@ def second_character_batches(loader: Any, reveal: bool, max_batches: int | None 
 
     Taught in notebooks/08_chinese_bert.ipynb.
     """
-    if hasattr(loader, "set_epoch"):
-        loader.set_epoch(0)
     out = []
-    for i, batch in enumerate(loader):
-        if max_batches is not None and i >= max_batches:
-            break
-        if "word_ids" not in batch:
-            raise ValueError("second_character_batches: batches need 'word_ids'; build the loader "
-                             "with pretraining_loader(..., word_ids=..., return_word_ids=True)")
+    for batch in _word_batches(loader, max_batches, "second_character_batches"):
         labels, ids, words = batch["labels"].clone(), batch["input_ids"].clone(), batch["word_ids"]
         keep = torch.zeros_like(labels, dtype=torch.bool)
         for row in range(len(labels)):
