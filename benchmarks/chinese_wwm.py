@@ -18,12 +18,20 @@ only in which tokens are targets: single characters, or every character of a gol
 Prints one row per seed and model, then medians over seeds and the difference whole-word minus
 character, and writes everything (with the command) to benchmarks/results/chinese_wwm.json.
 
-Usage: python benchmarks/chinese_wwm.py [--steps 2500] [--seeds 0 1 2] [--per-class 1000] [--device cpu]
+Usage: python benchmarks/chinese_wwm.py [--steps 10000] [--seeds 0 1 2] [--per-class 1000] [--device cpu]
+
+Seeds are independent, so on a machine with several cores they can run as separate processes,
+each with its own `--out`, and be combined afterwards (the saved 10,000-step results, 2 cores):
+
+  python benchmarks/chinese_wwm.py --steps 10000 --seeds 0 2 --threads 1 --out a.json &
+  python benchmarks/chinese_wwm.py --steps 10000 --seeds 1 --threads 1 --out b.json
+  python benchmarks/chinese_wwm.py --merge a.json b.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -72,7 +80,7 @@ def medians_of(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2500, help="pretraining steps per model")
+    parser.add_argument("--steps", type=int, default=10000, help="pretraining steps per model")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--per-class", type=int, default=1000,
                         help="labelled reviews per class for fine-tuning")
@@ -82,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cpu (the saved results), cuda, or auto; a GPU makes --steps 20000 "
                              "a matter of minutes")
     parser.add_argument("--out", type=Path, default=RESULTS / "chinese_wwm.json")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="RECORD",
+                        help="train nothing: combine finished records of the same settings (seeds "
+                             "run as separate processes) into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args, argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -146,7 +159,16 @@ def main(argv: list[str] | None = None) -> int:
                      total_seconds=round(time.perf_counter() - start, 1), rows=rows,
                      medians=medians_of(rows))
 
+    total = time.perf_counter() - start
     medians = medians_of(rows)
+    print_medians(medians, args)
+    print(f"total {total / 60:.1f} min")
+    write_record("chinese_wwm.py", args, argv, args.out, complete=True, recipe=RECIPE.to_dict(),
+                 total_seconds=round(total, 1), rows=rows, medians=medians)
+    return 0
+
+
+def print_medians(medians: dict, args: argparse.Namespace) -> None:
     print(f"\nmedians over seeds {args.seeds} ({args.steps} steps, tiny, course recipe):")
     print(f"{'metric':<28} {'char':>8} {'wwm':>8} {'wwm-char':>9} {'wwm/char':>9}")
     for m in METRICS:
@@ -154,13 +176,51 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{w / c:9.2f}" if c else f"{'-':>9}"
         print(f"{m:<28} {c:8.4f} {w:8.4f} {w - c:+9.4f} {ratio}")
     print(f"{'sentiment, from scratch':<28} {medians['from scratch']['sentiment_accuracy']:8.4f}")
-    total = time.perf_counter() - start
-    print(f"total {total / 60:.1f} min")
 
-    write_record("chinese_wwm.py", args, argv, args.out, complete=True, recipe=RECIPE.to_dict(),
-                 total_seconds=round(total, 1), rows=rows, medians=medians)
+
+# What must agree between records before their rows can sit in one table (records written before
+# --device existed were CPU runs).
+SAME = ("steps", "per_class", "finetune_epochs", "device")
+
+
+def setting(record: dict, key: str):
+    return record["settings"].get(key, "cpu" if key == "device" else None)
+
+
+def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Combine finished records, each from its own seeds, into one record at `args.out`."""
+    records = []
+    for path in args.merge:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"--merge {path}: cannot read it as a chinese_wwm.py record ({err})"
+                             ) from None
+        if not record.get("complete"):
+            raise SystemExit(f"--merge {path}: the run did not finish (complete is false); run its "
+                             "seeds again, or leave the file out")
+        records.append(record)
+    first, first_path = records[0], args.merge[0]
+    for path, record in zip(args.merge[1:], records[1:], strict=True):
+        differ = [k for k in SAME if setting(record, k) != setting(first, k)]
+        if record["recipe"] != first["recipe"]:
+            differ.append("recipe")
+        if differ:
+            raise SystemExit(f"--merge {path}: {', '.join(differ)} differ from {first_path}; only "
+                             "runs of the same settings can share a table")
+    seeds = [s for record in records for s in record["settings"]["seeds"]]
+    if len(set(seeds)) < len(seeds):
+        raise SystemExit(f"--merge: seeds {seeds} repeat across the records; give each seed once")
+    rows = sorted((row for record in records for row in record["rows"]),
+                  key=lambda row: row["seed"])  # stable: scratch, char, wwm within a seed
+    for key in (*SAME, "threads"):
+        setattr(args, key, setting(first, key))
+    args.seeds, args.merge = sorted(seeds), [str(path) for path in args.merge]
+    medians = medians_of(rows)
+    print_medians(medians, args)
+    write_record("chinese_wwm.py", args, argv, args.out, complete=True, recipe=first["recipe"],
+                 total_seconds=sum(r["total_seconds"] for r in records),
+                 merged_from=[{k: r[k] for k in ("command", "machine", "total_seconds")}
+                              for r in records],
+                 rows=rows, medians=medians)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
