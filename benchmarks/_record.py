@@ -14,6 +14,17 @@ from typing import Any
 
 import torch
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _setting(value: Any) -> Any:
+    """A setting as JSON; paths inside the repository relative to it, so records do not carry
+    the machine's checkout location."""
+    if isinstance(value, Path):
+        path = value.resolve()
+        return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(value)
+    return value
+
 
 def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: Path,
                  **measured: Any) -> None:
@@ -22,7 +33,7 @@ def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: 
     record = {
         "command": f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None
                                                               else argv),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "settings": {k: _setting(v) for k, v in vars(args).items()},
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "torch": torch.__version__, "threads": torch.get_num_threads()},
         **measured,

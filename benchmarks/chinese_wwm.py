@@ -224,3 +224,7 @@ def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
                               for r in records],
                  rows=rows, medians=medians)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

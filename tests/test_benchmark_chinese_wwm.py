@@ -71,3 +71,13 @@ def test_merge_refuses_records_that_cannot_share_a_table(script, tmp_path, probl
         script.main(["--merge", str(a), str(b), "--out", str(out)])
     assert str(b) in str(err.value) or problem == "same seed twice"
     assert not out.exists()
+
+
+def test_the_script_runs_from_the_command_line(tmp_path):
+    import subprocess
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "chinese_wwm.py"), "--merge", str(bad),
+                           "--out", str(tmp_path / "merged.json")], capture_output=True, text=True)
+    assert done.returncode != 0 and f"--merge {bad}: cannot read it" in done.stderr
