@@ -196,6 +196,11 @@ def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
         except (OSError, ValueError) as err:
             raise SystemExit(f"--merge {path}: cannot read it as a chinese_wwm.py record ({err})"
                              ) from None
+        if not (isinstance(record, dict) and "chinese_wwm.py" in str(record.get("command"))
+                and {"settings", "rows", "recipe"} <= record.keys()):
+            made_by = record.get("command") if isinstance(record, dict) else None
+            raise SystemExit(f"--merge {path}: not a chinese_wwm.py record (made by "
+                             f"{made_by or 'something else'}); give the --out files of its runs")
         if not record.get("complete"):
             raise SystemExit(f"--merge {path}: the run did not finish (complete is false); run its "
                              "seeds again, or leave the file out")

@@ -57,6 +57,7 @@ def test_merge_of_split_seeds_gives_the_saved_rows_and_medians(script, tmp_path)
     ("other steps", "steps differ"),
     ("same seed twice", "repeat"),
     ("not json", "cannot read"),
+    ("another script's record", "not a chinese_wwm.py record"),
 ])
 def test_merge_refuses_records_that_cannot_share_a_table(script, tmp_path, problem, message):
     a = part([0], tmp_path / "a.json")
@@ -66,6 +67,8 @@ def test_merge_refuses_records_that_cannot_share_a_table(script, tmp_path, probl
         b.write_text(json.dumps({**json.loads(b.read_text()), "complete": False}))
     if problem == "not json":
         b.write_text("{")
+    if problem == "another script's record":
+        b.write_text((BENCHMARKS / "results" / "downstream.json").read_text())
     out = tmp_path / "merged.json"
     with pytest.raises(SystemExit, match=message) as err:
         script.main(["--merge", str(a), str(b), "--out", str(out)])
