@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
@@ -17,3 +23,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Return a loader: `load_benchmark("ablations")` imports benchmarks/ablations.py as a module
+    (the scripts are not a package; they import their sibling `_record`)."""
+    def load(name: str):
+        sys.path.insert(0, str(BENCHMARKS))
+        try:
+            spec = importlib.util.spec_from_file_location(f"{name}_script", BENCHMARKS / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(str(BENCHMARKS))
+        return module
+    return load

@@ -343,16 +343,11 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
         plot_ablation_curves(records, ["masking-rate"])
 
 
-def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(tmp_path,
-                                                                              monkeypatch, capsys):
-    import importlib.util
+def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(
+        tmp_path, monkeypatch, capsys, load_benchmark):
     from dataclasses import replace
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ablations.py"
-    spec = importlib.util.spec_from_file_location("ablations_script", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_benchmark("ablations")
     toy = replace(TOY, name="quick", finetune_epochs=1.0)
     monkeypatch.setitem(BUDGETS, "quick", toy)
     out = tmp_path / "results.json"

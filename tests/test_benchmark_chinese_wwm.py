@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -15,16 +14,8 @@ SAVED = json.loads((BENCHMARKS / "results" / "chinese_wwm.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def script():
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling _record
-    try:
-        spec = importlib.util.spec_from_file_location("chinese_wwm_script",
-                                                      BENCHMARKS / "chinese_wwm.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+def script(load_benchmark):
+    return load_benchmark("chinese_wwm")
 
 
 def part(seeds, path: Path, **settings) -> Path:

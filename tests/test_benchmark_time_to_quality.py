@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -16,22 +13,11 @@ from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
 from bertlab.pretraining import evaluate
 
 pytest.importorskip("transformers")
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
-def script():
-    import sys
-
-    sys.path.insert(0, str(BENCHMARKS))  # the script imports its sibling _record
-    try:
-        spec = importlib.util.spec_from_file_location("time_to_quality_script",
-                                                      BENCHMARKS / "time_to_quality.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+def script(load_benchmark):
+    return load_benchmark("time_to_quality")
 
 
 @pytest.fixture(scope="module")
