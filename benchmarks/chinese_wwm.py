@@ -178,13 +178,8 @@ def print_medians(medians: dict, args: argparse.Namespace) -> None:
     print(f"{'sentiment, from scratch':<28} {medians['from scratch']['sentiment_accuracy']:8.4f}")
 
 
-# What must agree between records before their rows can sit in one table (records written before
-# --device existed were CPU runs).
+# What must agree between records before their rows can sit in one table.
 SAME = ("steps", "per_class", "finetune_epochs", "device")
-
-
-def setting(record: dict, key: str):
-    return record["settings"].get(key, "cpu" if key == "device" else None)
 
 
 def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
@@ -207,7 +202,7 @@ def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
         records.append(record)
     first, first_path = records[0], args.merge[0]
     for path, record in zip(args.merge[1:], records[1:], strict=True):
-        differ = [k for k in SAME if setting(record, k) != setting(first, k)]
+        differ = [k for k in SAME if record["settings"].get(k) != first["settings"].get(k)]
         if record["recipe"] != first["recipe"]:
             differ.append("recipe")
         if differ:
@@ -219,7 +214,7 @@ def merge(args: argparse.Namespace, argv: list[str] | None) -> int:
     rows = sorted((row for record in records for row in record["rows"]),
                   key=lambda row: row["seed"])  # stable: scratch, char, wwm within a seed
     for key in (*SAME, "threads"):
-        setattr(args, key, setting(first, key))
+        setattr(args, key, first["settings"].get(key))
     args.seeds, args.merge = sorted(seeds), [str(path) for path in args.merge]
     medians = medians_of(rows)
     print_medians(medians, args)
