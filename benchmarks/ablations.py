@@ -2,7 +2,7 @@
 Table 8), NSP on/off (BERT Table 5, RoBERTa), masking rate (Wettig et al. 2022) and static vs
 dynamic masking (RoBERTa).
 
-Each cell of the grid (`bertlab.grid.GROUPS` x seeds) pretrains a fresh model and measures
+Each cell of the grid (`bertlab.course.grid.GROUPS` x seeds) pretrains a fresh model and measures
 held-out accuracy at [MASK] and at all targets (and with no [MASK] in the input), NSP accuracy,
 [CLS] linear probes on BBC topics and, in the budgets that ask for it, fine-tuned BBC topic
 accuracy. Finished cells are cached by a hash of their full config in --cache-dir, so an
@@ -11,7 +11,7 @@ The results file (written after every cell, kept in the repository) holds the ex
 budget, and every cell's config, seed and metrics; its records seed the cache before a sweep, so
 a fresh clone resumes from them instead of running them again.
 
-Budgets (`bertlab.grid.BUDGETS`): "course" (default: the course recipe, tiny model, 64-token
+Budgets (`bertlab.course.grid.BUDGETS`): "course" (default: the course recipe, tiny model, 64-token
 pairs, 2,500 steps, fine-tuning on; its reference cell leaves the unigram plateau), "quick" (tiny
 model, 64-token pairs, 250 steps: the machinery only), "cpu" (128 tokens, 300 steps), "cpu-long"
 (BERT-style 15% masking with AdamW, 4,000 steps: still on the plateau at [MASK]), "gpu" (mini
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from bertlab.ablations import (
+from bertlab.course.ablations import (
     compare_to_baseline,
     format_summary,
     random_init_scores,
@@ -42,7 +42,7 @@ from bertlab.ablations import (
     summarize_records,
     unigram_reference,
 )
-from bertlab.grid import (
+from bertlab.course.grid import (
     BUDGETS,
     GROUPS,
     PAPER_CLAIMS,

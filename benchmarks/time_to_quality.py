@@ -17,7 +17,7 @@ on a validation loader masked BERT's way (seed 0, batch 32, VAL_SEQ_LEN = 64 tok
 wrapped so that it answers in bertlab's output names. The headline is mask_accuracy, the accuracy
 at targets the model saw as [MASK]. Training time excludes evaluation in every arm. Each run
 evaluates every N steps, N = --eval-seconds over its step time measured in a 20-step warm-up; at
-the end it also takes the cloze probe (`bertlab.cloze.cloze_score`). Seeds (model init, dropout,
+the end it also takes the cloze probe (`bertlab.course.cloze.cloze_score`). Seeds (model init, dropout,
 training data) are interleaved arm by arm, so machine noise hits every arm alike.
 
 Printed and saved: median (min-max over seeds) curves on a common time grid; final scores,
@@ -45,7 +45,7 @@ from _record import write_record  # benchmarks/ is on sys.path when run as a scr
 from torch import nn
 
 import bertlab as bl
-from bertlab.cloze import cloze_score
+from bertlab.course.cloze import cloze_score
 from bertlab.data import EpochLoader, EpochShuffleSampler, pretraining_loader
 from bertlab.model import (
     IGNORE_INDEX,

@@ -22,9 +22,9 @@ import torch
 from bertlab.checkpoint import check_model_folder, load_model
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
-from bertlab.demo import DEMO_STEPS, check_demo_folder, format_guesses, history_table, run_demo
+from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.device import close_distributed, init_distributed, resolve_device
-from bertlab.doctor import run_doctor
+from bertlab.course.doctor import run_doctor
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
@@ -32,7 +32,7 @@ from bertlab.hf import save_hf
 from bertlab.masking import check_mask_options
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.recipes import RECIPE_TRAIN_FIELDS, RECIPES, recipe
+from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, recipe
 from bertlab.resume import check_run_folder, hold_run_folder
 from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
@@ -458,7 +458,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run the whole pipeline on BBC news (`bertlab.demo`), writing a table and plots to `--out`."""
+    """Run the whole pipeline on BBC news (`bertlab.course.demo`), writing a table and plots to `--out`."""
     out = Path(args.out)
     if args.steps < 1:
         raise ValueError(f"--steps {args.steps}: pass a positive number of pretraining steps "

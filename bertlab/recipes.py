@@ -30,6 +30,8 @@ RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fract
 # The course's yardstick: validation pairs of this many tokens, masked BERT's way (15%,
 # 80/10/10, seed 0), whatever recipe trained the model. Every recipe trains positions 0-63.
 VAL_SEQ_LEN = 64
+# The demo's budget with the course recipe: about 4 minutes on a 2-core CPU (`python -m bertlab demo`).
+DEMO_STEPS = 3000
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Tests for bertlab.grid and bertlab.ablations: the config grid, the result schema, caching by
+"""Tests for bertlab.course.grid and bertlab.course.ablations: the config grid, the result schema, caching by
 config hash, one runner in one process or many."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from bertlab import ablations, grid
-from bertlab.ablations import (
+from bertlab.course.ablations import (
     BudgetData,
     compare_to_baseline,
     format_summary,
@@ -19,7 +19,7 @@ from bertlab.ablations import (
     summarize_records,
     unigram_reference,
 )
-from bertlab.grid import (
+from bertlab.course.grid import (
     BUDGETS,
     GROUPS,
     PAPER_MASKING,
@@ -323,7 +323,7 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
     import matplotlib
 
     matplotlib.use("Agg")
-    from bertlab.viz import plot_ablation_curves
+    from bertlab.course.viz import plot_ablation_curves
 
     def rec(name, seed, accs):
         return {"cell": {"group": "nsp", "name": name, "seed": seed},

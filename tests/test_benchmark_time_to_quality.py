@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import bertlab as bl
-from bertlab.cloze import CLOZE_SET, cloze_score
+from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.data import pretraining_loader
 from bertlab.hf import from_hf_state_dict
 from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import bertlab as bl
-import bertlab.cloze as cloze_mod
-from bertlab.cloze import CLOZE_SET, ClozeItem, cloze_score
+import bertlab.course.cloze as cloze_mod
+from bertlab.course.cloze import CLOZE_SET, ClozeItem, cloze_score
 
 TOPICS = ("business", "entertainment", "politics", "sport", "tech")
 RUN = 6  # words in a row that may not appear in the corpus

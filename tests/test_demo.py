@@ -1,11 +1,11 @@
-"""bertlab.demo's text output: the pretraining history table and the fill-mask guesses.
+"""bertlab.course.demo's text output: the pretraining history table and the fill-mask guesses.
 
 The demo itself runs end to end (at a toy budget) in tests/test_cli.py.
 """
 
 from __future__ import annotations
 
-from bertlab.demo import format_guesses, history_table
+from bertlab.course.demo import format_guesses, history_table
 
 
 def test_history_table_leads_with_mask_accuracy_and_ends_with_the_no_context_bar():

@@ -12,7 +12,7 @@ import pytest
 
 from bertlab import doctor
 from bertlab.cli import main
-from bertlab.doctor import (
+from bertlab.course.doctor import (
     Check,
     check_disk,
     check_memory,

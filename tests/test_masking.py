@@ -27,8 +27,8 @@ from bertlab.masking import (
 )
 from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import SpecialIds, encode_sentences
-from bertlab.viz import plot_mask_strip, plot_masking_rates
-from bertlab.widgets import mask_strip_html, masking_explorer
+from bertlab.course.viz import plot_mask_strip, plot_masking_rates
+from bertlab.course.widgets import mask_strip_html, masking_explorer
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4, vocab_size=1000)
 # Hugging Face's vocab.txt layout: specials are not one block of ids.
@@ -571,7 +571,7 @@ def test_non_contiguous_input():
     assert torch.equal(labels[target], view[target])
 
 
-# --- pictures and widget (bertlab.viz / bertlab.widgets, masked-LM sections) --------------------
+# --- pictures and widget (bertlab.course.viz / bertlab.course.widgets, masked-LM sections) --------------------
 
 
 def test_mask_strip_and_rates_figures():

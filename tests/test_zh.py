@@ -269,7 +269,7 @@ def test_wordpiece_whole_words_cut_chinese_words_and_gold_ones_do_not(zh_tok, se
 
 
 def test_word_strip_html_groups_words():
-    from bertlab.widgets import word_strip_html
+    from bertlab.course.widgets import word_strip_html
 
     html = word_strip_html(["[CLS]", "我", "爱", "华", "中", "[SEP]"], [None, 0, 1, 2, 2, None])
     assert html.count("display:inline-block") == 5  # [CLS], 我, 爱, 华中, [SEP]

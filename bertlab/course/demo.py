@@ -15,17 +15,17 @@ from pathlib import Path
 import torch
 
 from bertlab.checkpoint import list_checkpoints
-from bertlab.cloze import cloze_score
+from bertlab.course.cloze import cloze_score
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.recipes import VAL_SEQ_LEN, recipe
+from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
 from bertlab.util import LOCK_NAME, atomic_write_json, check_output_folder
-from bertlab.viz import plot_training_curves
+from bertlab.course.viz import plot_training_curves
 
 EXAMPLES = (
     "the [MASK] fell sharply on wall street.",
@@ -33,8 +33,6 @@ EXAMPLES = (
     "the film won the award for best [MASK].",
     "the team won the [MASK] after extra time.",
 )
-# The pretraining budget: about 4 minutes on a 2-core CPU (see run_demo).
-DEMO_STEPS = 3000
 # What the demo writes into its folder; a folder with only these may be reused.
 DEMO_FILES = frozenset({"run", "curves.png", "results.json", LOCK_NAME})
 

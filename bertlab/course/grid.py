@@ -9,7 +9,7 @@ a finished cell is never run twice and a changed setting runs again. The key lea
 code out on purpose: finished records are kept in the repository, and an edit elsewhere in the
 package must not throw hours of runs away. Each record names the source digest that produced it
 (`code_digest`); a change that can move a cell's numbers bumps `EXPERIMENT_VERSION`. Running
-cells and reading their records is `bertlab.ablations`.
+cells and reading their records is `bertlab.course.ablations`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from importlib.metadata import version
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,7 +25,6 @@ from typing import Any
 
 import torch
 
-import bertlab
 from bertlab.device import resolve_device, resolve_precision
 from bertlab.recipes import recipe
 
@@ -252,9 +252,10 @@ def code_digest() -> str:
     Read once per process, so a file edited while a sweep runs cannot relabel its later cells.
     """
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
         if path.stem not in PRESENTATION_MODULES:
-            h.update(path.stem.encode())
+            h.update(path.relative_to(package).as_posix().encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -281,7 +282,7 @@ def cell_config(cell: Cell) -> dict[str, Any]:
         # differ only there share the records of cells whose merged settings agree.
         "budget": {k: v for k, v in cell.budget.to_dict().items() if k not in ("name", "settings")},
         "device": _device_kind(cell.budget),
-        "bertlab": bertlab.__version__,
+        "bertlab": version("bertlab"),
         "torch": torch.__version__.split("+")[0],
     }
 

@@ -424,7 +424,7 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
                            baseline: str, z: float = 2.0):
     """Return a two-panel figure: each variant's change from `baseline`, ours (left) and the paper's.
 
-    `rows` are `bertlab.ablations.summarize_records` rows; our bars are mean differences in
+    `rows` are `bertlab.course.ablations.summarize_records` rows; our bars are mean differences in
     points with error bars of z standard errors of the difference (seed noise), so a bar whose
     error bar crosses zero is within noise. `paper` maps variant name -> {metric: value}.
 
@@ -466,7 +466,7 @@ def plot_ablation_curves(records, groups, baseline: float | None = None,
                          metric: str = "mask_accuracy"):
     """Return one panel per group: a held-out accuracy against step, one line per variant.
 
-    `records` are `bertlab.ablations` cell records whose metrics hold a `curve` (step, `metric`:
+    `records` are `bertlab.course.ablations` cell records whose metrics hold a `curve` (step, `metric`:
     "mask_accuracy" at [MASK] targets or "mlm_accuracy" at all); a line is the mean over seeds,
     the seeds' range shaded. `baseline` (the unigram guess) is dashed: while the curves sit on
     it, the models predict frequent words, not words in context.

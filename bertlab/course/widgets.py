@@ -13,7 +13,7 @@ import torch
 
 from bertlab.masking import Decision, mask_tokens
 from bertlab.nsp import IS_NEXT, NOT_NEXT
-from bertlab.viz import MASKING_COLORS
+from bertlab.course.viz import MASKING_COLORS
 
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
 

@@ -32,11 +32,10 @@ from packaging.utils import canonicalize_name
 
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
-from bertlab.demo import DEMO_STEPS
 from bertlab.device import resolve_device
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import pretrain
-from bertlab.recipes import recipe
+from bertlab.recipes import DEMO_STEPS, recipe
 from bertlab.tokenizer import default_cache_dir, train_tokenizer
 
 try:

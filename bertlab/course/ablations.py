@@ -1,4 +1,4 @@
-"""Running the ablation grid of `bertlab.grid`: each cell pretrained, measured and cached once,
+"""Running the ablation grid of `bertlab.course.grid`: each cell pretrained, measured and cached once,
 and the records read back as mean ± std over seeds against each group's baseline.
 
 `run_cell` pretrains a fresh model for a cell, measures it and writes one JSON record under the
@@ -46,7 +46,7 @@ from bertlab.device import resolve_device, resolve_precision
 from bertlab.document import split_documents
 from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, finetune_classifier
-from bertlab.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
+from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import NspExample, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
