@@ -21,10 +21,10 @@ import torch
 
 from bertlab.checkpoint import check_model_folder, load_model
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
-from bertlab.device import close_distributed, init_distributed, resolve_device
 from bertlab.course.doctor import run_doctor
+from bertlab.data import pretraining_loader
+from bertlab.device import close_distributed, init_distributed, resolve_device
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table

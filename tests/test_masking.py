@@ -16,6 +16,8 @@ from scipy import stats
 from tokenizers import Tokenizer, models
 
 import bertlab as bl
+from bertlab.course.viz import plot_mask_strip, plot_masking_rates
+from bertlab.course.widgets import mask_strip_html, masking_explorer
 from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
     Decision,
@@ -27,8 +29,6 @@ from bertlab.masking import (
 )
 from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import SpecialIds, encode_sentences
-from bertlab.course.viz import plot_mask_strip, plot_masking_rates
-from bertlab.course.widgets import mask_strip_html, masking_explorer
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4, vocab_size=1000)
 # Hugging Face's vocab.txt layout: specials are not one block of ids.

@@ -25,8 +25,8 @@ import torch
 import bertlab
 from bertlab.checkpoint import latest_checkpoint, load_model
 from bertlab.cli import main as cli
-from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.corpus import load_corpus
+from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.data import pretraining_loader
 from bertlab.pretraining import evaluate
 from bertlab.recipes import VAL_SEQ_LEN, recipe

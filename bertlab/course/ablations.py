@@ -41,12 +41,12 @@ from typing import Any
 import torch
 
 from bertlab.corpus import load_corpus
+from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device, resolve_precision
 from bertlab.document import split_documents
 from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, finetune_classifier
-from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import NspExample, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from bertlab.checkpoint import list_checkpoints
-from bertlab.course.cloze import cloze_score
 from bertlab.corpus import load_corpus
+from bertlab.course.cloze import cloze_score
+from bertlab.course.viz import plot_training_curves
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
@@ -25,7 +26,6 @@ from bertlab.pretraining import fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
 from bertlab.util import LOCK_NAME, atomic_write_json, check_output_folder
-from bertlab.course.viz import plot_training_curves
 
 EXAMPLES = (
     "the [MASK] fell sharply on wall street.",

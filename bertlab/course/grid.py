@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from importlib.metadata import version
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 

@@ -11,9 +11,9 @@ import html
 import ipywidgets as widgets
 import torch
 
+from bertlab.course.viz import MASKING_COLORS
 from bertlab.masking import Decision, mask_tokens
 from bertlab.nsp import IS_NEXT, NOT_NEXT
-from bertlab.course.viz import MASKING_COLORS
 
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
 
