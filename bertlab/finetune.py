@@ -43,7 +43,7 @@ from bertlab.downstream import (
     tfidf_baseline,
 )
 from bertlab.model import BertConfig
-from bertlab.train import TrainConfig, train_loop
+from bertlab.train import Objective, TrainConfig, train_loop
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
 
@@ -210,8 +210,9 @@ def finetune_classifier(
         dataset, batch_size=train_config.batch_size // train_config.grad_accum,
         sampler=EpochShuffleSampler(len(dataset), config.seed), collate_fn=dataset.collate,
         seed=config.seed)
-    run = train_loop(model, loader, train_config, loss_fn=classification_loss,
-                     count_fn=classification_counts, out_dir=out_dir)
+    run = train_loop(model, loader, train_config, Objective(classification_loss,
+                                                              classification_counts),
+                     out_dir=out_dir)
     model.eval()
 
     def predicted(indices: list[int]) -> np.ndarray:

@@ -23,7 +23,7 @@ from torch import nn
 from bertlab.device import autocast_context, to_device
 from bertlab.model import IGNORE_INDEX, BertForPreTraining, loss_counts
 from bertlab.tokenizer import special_ids
-from bertlab.train import Batch, TrainConfig, TrainResult, train_loop
+from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
 
 NSP_ONLY = ("bert.pooler.", "nsp.")  # the parameters only the NSP loss trains
 
@@ -69,7 +69,8 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterab
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    loss_fn = pretraining_loss if nsp else functools.partial(pretraining_loss, nsp=False)
+    objective = Objective(loss=functools.partial(pretraining_loss, nsp=nsp),
+                          counts=pretraining_counts, evaluate=evaluate)
     # Without NSP the pooler and the NSP head get no gradient: they sit the run out (so DDP does
     # not wait for their gradients, and no optimizer state is kept for them), then rejoin.
     idle = [] if nsp else [p for n, p in model.named_parameters()
@@ -77,8 +78,7 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterab
     for p in idle:
         p.requires_grad_(False)
     try:
-        return train_loop(model, train_loader, config, loss_fn=loss_fn,
-                          count_fn=pretraining_counts, eval_fn=evaluate, val_loader=val_loader,
+        return train_loop(model, train_loader, config, objective, val_loader=val_loader,
                           out_dir=out_dir, resume=resume)
     finally:
         for p in idle:

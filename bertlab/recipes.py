@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bertlab.config import TrainConfig
 from bertlab.model import BertConfig
-from bertlab.train import TrainConfig
 
 # The TrainConfig fields a recipe sets.
 RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule")

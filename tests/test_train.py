@@ -31,7 +31,7 @@ from bertlab.pretraining import (
     unigram_baseline,
 )
 from bertlab.tokenizer import train_tokenizer
-from bertlab.train import TrainConfig, build_optimizer, lr_at, train_loop
+from bertlab.train import Objective, TrainConfig, build_optimizer, lr_at, train_loop
 
 VOCAB = 500
 SEQ = 64
@@ -280,7 +280,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tok, 
     model = make_model(tok)
     with pytest.raises(FloatingPointError, match=r"nan at step 5\b.*step-00000004"):
         train_loop(model, train, quiet(max_steps=10, checkpoint_interval=2),
-                   loss_fn=poisoned_loss, count_fn=pretraining_counts, out_dir=tmp_path / "run")
+                   Objective(poisoned_loss, pretraining_counts), out_dir=tmp_path / "run")
     assert latest_checkpoint(tmp_path / "run").name == "step-00000004"
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the update was skipped
     load_run(tmp_path / "run")  # and the checkpoint still loads

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from bertlab.train import lr_at
+from bertlab.config import lr_at
 
 
 def _pyplot():

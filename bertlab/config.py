@@ -1,0 +1,142 @@
+"""Every setting of the training loop (`TrainConfig`), and the learning-rate schedule they define.
+
+The settings sit low in the package, below the loop, so that what only needs to read them (the
+recipes, the CLI's flags, a plot of the schedule) does not import the loop.
+
+Taught in notebooks/05_pretraining.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bertlab.util import check_number
+
+
+def _setting(default: Any, help: str) -> Any:
+    # A dataclass field that carries its one-line help (the CLI turns each into a flag).
+    return field(default=default, metadata={"help": help})
+
+
+_OPTIONAL = ("max_steps", "max_minutes", "warmup_steps", "grad_clip", "eval_interval",
+             "checkpoint_interval")  # the settings where None means "no limit" or "off"
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of the training loop, with its default.
+
+    The run stops at `max_steps` optimizer steps or after `max_minutes` of training time
+    (evaluations excluded), whichever comes first. The learning-rate schedule runs over the
+    same budget (with a time budget it follows elapsed time, as in Cramming; for bit-exact
+    resumes set only `max_steps`). `batch_size` is the global batch of one optimizer step.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+
+    max_steps: int | None = _setting(1000, "optimizer steps to run (None: no step limit)")
+    max_minutes: float | None = _setting(None, "training-time budget in minutes, evaluations "
+                                                "excluded (None: no limit)")
+    batch_size: int = _setting(32, "global batch per optimizer step (all micro-batches, all "
+                                   "processes)")
+    grad_accum: int = _setting(1, "micro-batches accumulated per optimizer step")
+    lr: float = _setting(5e-4, "peak learning rate")
+    warmup_steps: int | None = _setting(None, "warmup length in steps (None: warmup_fraction)")
+    warmup_fraction: float = _setting(0.06, "warmup length as a fraction of the run")
+    schedule: str = _setting("linear", "decay after warmup: linear, cosine or constant")
+    min_lr_ratio: float = _setting(0.0, "the decay ends at lr x min_lr_ratio")
+    weight_decay: float = _setting(0.01, "AdamW weight decay (matrices only; never biases or "
+                                         "LayerNorm weights)")
+    betas: tuple[float, float] = _setting((0.9, 0.999), "AdamW betas")
+    eps: float = _setting(1e-6, "AdamW epsilon")
+    optimizer: str = _setting("adamw", "adamw, or muon: Muon on the encoder layers' matrices, "
+                                        "AdamW on the rest (bertlab.optim)")
+    muon_lr: float = _setting(0.02, "Muon's peak learning rate (optimizer=muon)")
+    grad_clip: float | None = _setting(1.0, "max global gradient norm (None: no clipping)")
+    eval_interval: int | None = _setting(100, "steps between evaluations (also at step 0 and the "
+                                               "end; None: only there)")
+    eval_batches: int = _setting(20, "validation batches per evaluation")
+    checkpoint_interval: int | None = _setting(500, "steps between checkpoints (also at the end; "
+                                                    "None: only at the end)")
+    keep_checkpoints: int = _setting(2, "how many of the newest checkpoints to keep")
+    device: str = _setting("auto", "auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N or mps")
+    precision: str = _setting("auto", "auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16")
+    compile: bool | None = _setting(None, "torch.compile the model (None: on for CUDA)")
+    seed: int = _setting(0, "seed of the dropout stream (data order and masks use the "
+                            "loader's seed)")
+    log_interval: int = _setting(10, "steps between progress updates (0: none)")
+    progress: bool = _setting(True, "show a progress bar and one line per evaluation")
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        if self.max_steps is None and self.max_minutes is None:
+            raise ValueError("TrainConfig needs a budget: set max_steps, max_minutes or both")
+        kinds = {"positive integer": ("max_steps", "batch_size", "grad_accum", "eval_interval",
+                                      "eval_batches", "checkpoint_interval", "keep_checkpoints"),
+                 "positive number": ("max_minutes", "lr", "eps", "grad_clip", "muon_lr"),
+                 "integer >= 0": ("seed", "log_interval", "warmup_steps")}
+        for kind, names in kinds.items():
+            for name in names:
+                check_number("TrainConfig", name, getattr(self, name), kind,
+                             none_ok=name in _OPTIONAL)
+        if self.warmup_steps is not None and self.max_steps is not None and \
+                self.warmup_steps >= self.max_steps:
+            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps} is not below "
+                             f"max_steps={self.max_steps}: the run would never leave warmup; use "
+                             f"fewer warmup steps (or warmup_fraction)")
+        for name in ("warmup_fraction", "min_lr_ratio"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
+        choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "muon"),
+                   "precision": ("auto", "fp32", "bf16", "fp16")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not one of "
+                                 f"{', '.join(allowed)}")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
+            raise ValueError(f"TrainConfig.device={self.device!r} is not auto, cpu, mps, cuda or "
+                             f"cuda:N")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"TrainConfig.batch_size={self.batch_size} is not divisible by "
+                             f"grad_accum={self.grad_accum}; the global batch is split evenly "
+                             f"into micro-batches")
+
+    def to_dict(self) -> dict:
+        """Return the settings as a JSON-ready dict; `TrainConfig(**d)` reverses it."""
+        return asdict(self)
+
+
+def _progress(step: int, config: TrainConfig, elapsed_s: float) -> float:
+    # How far the run is (0 -> 1) at optimizer step `step` after `elapsed_s` seconds.
+    done = []
+    if config.max_steps is not None:
+        done.append((step + 1) / config.max_steps)
+    if config.max_minutes is not None:
+        done.append(elapsed_s / (60.0 * config.max_minutes))
+    return min(1.0, max(done))
+
+
+def lr_at(step: int, config: TrainConfig, elapsed_s: float = 0.0) -> float:
+    """Return the learning rate of step `step`: linear warmup, then linear/cosine/constant decay.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    progress = _progress(step, config, elapsed_s)
+    if config.warmup_steps is not None:
+        if step < config.warmup_steps:
+            return config.lr * (step + 1) / config.warmup_steps
+        warm = config.warmup_steps / config.max_steps if config.max_steps else 0.0
+    else:
+        if progress < config.warmup_fraction:
+            return config.lr * progress / config.warmup_fraction
+        warm = config.warmup_fraction
+    t = min(1.0, max(0.0, (progress - warm) / max(1e-12, 1.0 - warm)))  # 0 -> 1 while decaying
+    shape = {"linear": 1.0 - t, "cosine": 0.5 * (1.0 + math.cos(math.pi * t)), "constant": 1.0}
+    return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * shape[config.schedule])

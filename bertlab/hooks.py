@@ -1,0 +1,319 @@
+"""What the training loop does around its step, one call each: the run folder, resume, signals,
+evaluation, logging and checkpoints.
+
+`bertlab.train.train_loop` reads as the step and its budget; everything here is what a long run
+needs besides: a run folder that one process at a time may write (`bertlab.resume`), an exact
+resume from the newest checkpoint that verifies, Ctrl-C and SIGTERM answered with a checkpoint,
+a dropout stream of the run's own, held-out evaluations whose time does not count as training,
+a progress bar, and checkpoints every `checkpoint_interval` steps. Under torchrun every process
+runs the same calls; rank 0 alone writes and logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertlab.checkpoint import latest_checkpoint, load_checkpoint
+from bertlab.config import TrainConfig, lr_at
+from bertlab.device import fast_math, from_rank0, rank_world, resolve_device, resolve_precision
+from bertlab.resume import (
+    CheckpointSaver,
+    DataPosition,
+    check_resume,
+    check_run_folder,
+    hold_run_folder,
+    interrupt_on_sigterm,
+    restore_rng,
+    resume_checkpoint,
+    rng_state,
+)
+from bertlab.util import atomic_write_json, atomic_write_text
+
+Batch = dict[str, torch.Tensor]
+_DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line
+
+
+@dataclass
+class RunState:
+    """Where a run stands: what every checkpoint saves and a resume restores."""
+
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # the data position after the last step: its epoch...
+    offset: int = 0  # ...and how many of that epoch's batches were used
+    tokens: int = 0  # tokens trained on, all processes together
+    elapsed_s: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
+
+
+@dataclass
+class Window:
+    """Training loss and speed since the last evaluation (what its history row reports)."""
+
+    loss: float = 0.0
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, loss: float, tokens: int, seconds: float) -> None:
+        """Count one more optimizer step."""
+        self.loss, self.steps = self.loss + loss, self.steps + 1
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+
+
+@dataclass
+class TrainResult:
+    """What `train_loop` / `pretrain` return: the evaluation history and how the run ended.
+
+    `history` has one dict per evaluation (step, tokens, elapsed_s, lr, train_loss,
+    tokens_per_s and val_* metrics); `step_losses` has the training loss of every step this call
+    ran, starting at `first_step`.
+    """
+
+    history: list[dict[str, Any]]
+    step_losses: list[float]
+    first_step: int
+    steps: int
+    tokens: int
+    elapsed_s: float
+    stopped_by: str
+    out_dir: Path | None = None
+    checkpoint: Path | None = None
+    config: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """Return the last evaluation row (empty dict if there was none)."""
+        return self.history[-1] if self.history else {}
+
+
+def check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> None:
+    """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step."""
+    per_batch = getattr(loader, "batch_size", None)
+    if per_batch is not None and per_batch * config.grad_accum * world != config.batch_size:
+        raise ValueError(
+            f"the loader gives batches of {per_batch}, but TrainConfig.batch_size="
+            f"{config.batch_size} with grad_accum={config.grad_accum} on {world} process(es) "
+            f"needs {config.batch_size / (config.grad_accum * world):g} per batch; build the "
+            f"loader with batch_size=batch_size // (grad_accum x processes)")
+
+
+class RunHooks:
+    """The calls `train_loop` makes around its step; each hides one mechanism of a long run.
+
+    Built before anything is written: it resolves the device and precision and checks the
+    loader's batch size and the run folder (rank 0), so a bad setting fails before any work.
+    `evaluate(model, loader, max_batches, device=, precision=)` gives the "val_" metrics of
+    each history row (with a `val_loader`).
+    """
+
+    def __init__(self, train_loader: Iterable[Batch], config: TrainConfig, *,
+                 evaluate: Any = None, val_loader: Iterable[Batch] | None = None,
+                 out_dir: str | Path | None = None, resume: bool = False) -> None:
+        self.config, self.resume = config, resume
+        self.rank, self.world = rank_world()
+        self.is_main = self.rank == 0
+        self.device = resolve_device(config.device)
+        self.precision = resolve_precision(config.precision, self.device)
+        self.compile = self.device.type == "cuda" if config.compile is None else config.compile
+        check_loader_batch(train_loader, config, self.world)
+        # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
+        self.out = check_run_folder(out_dir, resume) if self.is_main else (
+            None if out_dir is None else Path(out_dir))
+        dataset = getattr(train_loader, "dataset", None)
+        self.data = {"data_seed": getattr(train_loader, "seed", None),
+                     "train_examples": len(dataset) if hasattr(dataset, "__len__") else None}
+        self.evaluate_fn = evaluate if val_loader is not None else None
+        self.val_loader = val_loader
+        self.stopped_by, self.checkpoint = "max_steps", None
+        self.step_losses: list[float] = []
+        self.window = Window()
+        self.bar: tqdm | None = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Hold the run folder, turn SIGTERM into Ctrl-C and give the run its own dropout stream.
+
+        Dropout draws from torch's global generator: it is forked, so this run's stream is a
+        function of (seed, rank) and the caller's generator is left as it was.
+        """
+        cuda = [self.device] if self.device.type == "cuda" else []
+        with hold_run_folder(self.out, self.resume, self.rank, self.world), \
+                interrupt_on_sigterm(), torch.random.fork_rng(devices=cuda), \
+                fast_math(self.device, self.compile):
+            torch.manual_seed(self.config.seed + self.rank)
+            try:
+                yield
+            finally:
+                self._close_bar()
+
+    def start(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+              scaler: torch.amp.GradScaler, train_loader: Iterable[Batch]) -> RunState:
+        """Return the run's state at its first step: step 0, or restored from the newest
+        checkpoint that verifies (weights, optimizer, random states, data position).
+
+        Also opens the checkpoint saver, the progress bar and the training clock, and evaluates
+        once at step 0.
+        """
+        run = RunState()
+        if self.out is not None and self.is_main:
+            (self.out / "checkpoints").mkdir(exist_ok=True)
+        if self.resume:
+            ckpt = resume_checkpoint(self.out, self.is_main, self.world)
+            saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
+            check_resume(saved, ckpt, self.config.batch_size, self.config.grad_accum,
+                         *self.data.values())
+            run = RunState(**{f.name: saved[f.name] for f in fields(RunState)})
+            restore_rng(saved, self.device, self.rank, self.world)
+        self.model, self.first_step = model, run.step
+        self.batches = DataPosition(train_loader, run.epoch, run.offset)
+        self.saver = CheckpointSaver(
+            self.out if self.is_main else None, model, optimizer, scaler,
+            self.config.keep_checkpoints,
+            {**self.data, "world_size": self.world, "train_config": self.config.to_dict()},
+            saved_step=run.step if self.resume else None)
+        self.bar = _progress_bar(self.config, run, self.is_main)
+        self.clock = time.perf_counter() - run.elapsed_s
+        self.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
+        if self.evaluate_fn is not None and self.is_main and run.step == 0:
+            self.clock += self._evaluate(run)  # evaluating is not training time
+        return run
+
+    def another_step(self, run: RunState) -> bool:
+        """Return whether the budget (max_steps, max_minutes) allows another step; start its timer.
+
+        Under torchrun every process takes rank 0's clock, so all stop at the same step.
+        """
+        run.elapsed_s = from_rank0(time.perf_counter() - self.clock, self.device)
+        if self.config.max_steps is not None and run.step >= self.config.max_steps:
+            return False
+        if self.config.max_minutes is not None and run.elapsed_s >= 60 * self.config.max_minutes:
+            self.stopped_by = "max_minutes"
+            return False
+        self.step_start = time.perf_counter()
+        return True
+
+    def next_batches(self) -> list[Batch]:
+        """Return the next step's `grad_accum` micro-batches, epoch after epoch."""
+        return [self.batches.next() for _ in range(self.config.grad_accum)]
+
+    def after_step(self, run: RunState, loss: float, tokens: int, lr: float) -> None:
+        """Count the finished step; log it; evaluate and checkpoint when they are due."""
+        run.step += 1
+        run.epoch, run.offset = self.batches.epoch, self.batches.offset
+        run.tokens += tokens
+        self.rng = rng_state(self.device)
+        self.step_losses.append(loss)
+        self.window.add(loss, tokens, time.perf_counter() - self.step_start)
+        _show_progress(self.bar, self.config, run, self.window, loss, lr, self.is_main,
+                       self.clock)
+        at_end = self.config.max_steps is not None and run.step >= self.config.max_steps
+        due = self.config.eval_interval and run.step % self.config.eval_interval == 0
+        if self.is_main and (due or at_end):
+            run.elapsed_s = time.perf_counter() - self.clock
+            self.clock += self._evaluate(run)
+        if self.config.checkpoint_interval and run.step % self.config.checkpoint_interval == 0:
+            self.checkpoint = self.saver.save(asdict(run), self.rng)
+
+    def diverged(self, run: RunState, error: FloatingPointError) -> FloatingPointError:
+        """Return the error for a NaN/inf loss: the step, the newest checkpoint and the fix."""
+        last = latest_checkpoint(self.out) if self.out is not None else None
+        lr = lr_at(run.step, self.config, run.elapsed_s)
+        return FloatingPointError(
+            f"{error} at step {run.step}; stopped before the update. Newest checkpoint: {last}. "
+            f"The run diverged: lower lr (now {lr:.3g}) or check the data for bad batches")
+
+    def interrupted(self, run: RunState, stop: KeyboardInterrupt) -> None:
+        """Save a checkpoint after Ctrl-C or SIGTERM (with a run folder), saying where it went."""
+        if self.out is not None:
+            self.saver.save_on_interrupt(stop, asdict(run), self.rng)
+
+    def finish(self, run: RunState) -> TrainResult:
+        """Return the run's result after a last evaluation and checkpoint, unless the last step
+        already had them."""
+        self._close_bar()
+        run.elapsed_s = time.perf_counter() - self.clock
+        if self.evaluate_fn is not None and self.is_main and (
+                not run.history or run.history[-1]["step"] != run.step):
+            self._evaluate(run)
+        if self.out is not None and self.saver.saved_step != run.step:
+            self.checkpoint = self.saver.save(asdict(run), self.rng)
+        elif self.out is not None and self.is_main:
+            self.checkpoint = latest_checkpoint(self.out)
+        return TrainResult(history=run.history, step_losses=self.step_losses,
+                           first_step=self.first_step, steps=run.step, tokens=run.tokens,
+                           elapsed_s=run.elapsed_s, stopped_by=self.stopped_by, out_dir=self.out,
+                           checkpoint=self.checkpoint, config=self.config)
+
+    def _close_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def _evaluate(self, run: RunState) -> float:
+        # One history row (rank 0): the step, the training loss and speed since the last row, and
+        # the held-out metrics; printed, and rewritten to history.json/csv. Returns the seconds it
+        # took: the loop's clock (elapsed_s, the time-based schedule and budget) counts training
+        # only, however often a run evaluates.
+        start, window, config = time.perf_counter(), self.window, self.config
+        row = {"step": run.step, "tokens": run.tokens, "elapsed_s": round(run.elapsed_s, 3),
+               "lr": lr_at(run.step, config, run.elapsed_s),
+               "train_loss": window.loss / window.steps if window.steps else None,
+               "tokens_per_s": window.tokens / window.seconds if window.seconds else None}
+        if self.evaluate_fn is not None:
+            # Evaluation must not move the dropout stream (a loader, for one, may draw from it).
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                metrics = self.evaluate_fn(self.model, self.val_loader, config.eval_batches,
+                                           device=self.device, precision=self.precision)
+            row.update({f"val_{k}": v for k, v in metrics.items()})
+        run.history.append(row)
+        self.window = Window()  # a new window starts
+        if config.progress:
+            tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
+                                row.items() if not k.startswith(_DETAIL)))  # history.json has all
+        if self.out is not None:
+            _write_history(self.out, run.history)
+        return time.perf_counter() - start
+
+
+def _write_history(out_dir: Path, history: list[dict]) -> None:
+    atomic_write_json(out_dir / "history.json", history)
+    columns: list[str] = []
+    for row in history:
+        columns += [k for k in row if k not in columns]
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(history)
+    atomic_write_text(out_dir / "history.csv", table.getvalue())
+
+
+def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, window: Window,
+                   loss: float, lr: float, is_main: bool, clock: float) -> None:
+    # Every log_interval steps: the loss, lr and speed, on the bar (or printed without one).
+    if config.log_interval and run.step % config.log_interval == 0:
+        rate = window.tokens / max(window.seconds, 1e-9)
+        if config.progress:
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}",
+                            refresh=False)
+        elif is_main:
+            print(f"step {run.step} loss {loss:.4f} lr {lr:.3g} tokens/s {rate:.0f}", flush=True)
+    bar.update(1 if config.max_steps is not None else round(time.perf_counter() - clock) - bar.n)
+
+
+def _progress_bar(config: TrainConfig, run: RunState, is_main: bool) -> tqdm:
+    by_steps = config.max_steps is not None
+    return tqdm(total=config.max_steps if by_steps else round(config.max_minutes * 60),
+                initial=run.step if by_steps else round(run.elapsed_s),
+                unit="step" if by_steps else "s", disable=not (config.progress and is_main),
+                dynamic_ncols=True, bar_format=None if by_steps else
+                "{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")
