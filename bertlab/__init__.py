@@ -6,13 +6,13 @@ its module (`from bertlab.masking import Decision`); each module is one concept,
 notebooks teach them. Importing bertlab never trains, downloads, prints or plots.
 """
 
-from bertlab.checkpoint import load_model
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, compare_downstream, finetune_classifier, format_table
 from bertlab.hf import load_hf, save_hf
+from bertlab.loading import load_model
 from bertlab.masking import mask_tokens
 from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining, BertModel
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples

@@ -5,8 +5,8 @@ else in JSON, the SHA-256 of every file in digests.json. It is built in a hidden
 and renamed into place (`bertlab.util.atomic_write_folder`), so a crash, a kill or a full disk
 never leaves half of one. Nothing is ever unpickled.
 
-`load_run` rebuilds the model of a pretraining run from its newest checkpoint that verifies;
-`load_model` takes either a run folder or a Hugging Face folder and returns (model, tokenizer).
+`load_run` rebuilds the model of a pretraining run from its newest checkpoint that verifies
+(`bertlab.loading.load_model` takes either a run folder or a Hugging Face folder).
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from safetensors.torch import load_model as load_safetensors_model
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.classifier import BertForSequenceClassification
-from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer
-from bertlab.util import atomic_write_folder, describe_kind, folder_kind
+from bertlab.util import atomic_write_folder
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
@@ -305,7 +303,7 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# A trained model back: from a run folder or a Hugging Face folder
+# A trained model back from a run folder
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
@@ -335,70 +333,3 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     model.eval()
     tok_file = run_dir / "tokenizer.json"
     return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
-
-
-_MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
-                "hf": "a Hugging Face folder (from export-hf)"}
-
-
-def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf")) -> str:
-    """Return "run" or "hf", the kind of a model folder, after checking it is one of `kinds`.
-
-    A run folder must have a checkpoint. Anything else (a missing folder, a file, shards, other
-    files) raises a ValueError that says what is there and what to pass instead.
-    """
-    path = Path(path)
-    kind = folder_kind(path)
-    wanted = " or ".join(_MODEL_KINDS[k] for k in kinds)
-    if kind == "run" and latest_checkpoint(path) is None:
-        raise ValueError(f"run folder {path} has no checkpoint yet (looked in "
-                         f"{path / 'checkpoints'}); train first, or wait for the run's first "
-                         f"checkpoint")
-    if kind in kinds:
-        return kind
-    if kind in ("missing", "file"):
-        what = "it does not exist" if kind == "missing" else "it is a file"
-        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
-    if "hf" in kinds:
-        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
-                         f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
-    raise ValueError(f"{path} has no checkpoint: it holds {describe_kind(kind)}; pass {wanted}")
-
-
-def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
-               require_tokenizer: bool = False, exact_vocab: bool = False,
-               ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
-    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder.
-
-    The one way to get a trained model back from disk, for the CLI and for fine-tuning. The kind
-    of folder is told apart first (`check_model_folder`; `kinds` says which are accepted): a run
-    gives its newest checkpoint that verifies (`load_run`), a Hugging Face folder goes through
-    `load_hf`. The model comes back on the CPU in eval mode, with finite weights.
-
-    The tokenizer is the folder's own (tokenizer.json, or vocab.txt in a Hugging Face folder);
-    None when there is none, unless `require_tokenizer`, which makes its absence a ValueError.
-    A tokenizer with more tokens than the model's vocabulary is refused (its ids would index
-    past the embedding table); a smaller one is fine (a vocabulary padded for speed) unless
-    `exact_vocab` (what an export needs).
-    """
-    path = Path(path)
-    if check_model_folder(path, kinds) == "run":
-        model, tok = load_run(path)
-        if tok is None and require_tokenizer:
-            raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
-                             f"the run was trained with (e.g. from its shard folder)")
-    else:
-        model = load_hf(path)
-        try:
-            tok = load_hf_tokenizer(path)
-        except ModelFolderMissingError:
-            if require_tokenizer:
-                raise
-            tok = None
-    if tok is not None:
-        size, model_size = tok.get_vocab_size(), model.config.vocab_size
-        if size > model_size or (exact_vocab and size != model_size):
-            raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's "
-                             f"vocabulary has {model_size}, so it is not the tokenizer the "
-                             f"model was trained with; put that one there (tokenizer.json)")
-    return model, tok

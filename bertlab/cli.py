@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from bertlab.checkpoint import check_model_folder, load_model
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.course.doctor import run_doctor
@@ -29,6 +28,7 @@ from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.hf import save_hf
+from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import check_mask_options
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain

@@ -26,7 +26,6 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.checkpoint import load_model
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.data import EpochLoader, EpochShuffleSampler
 from bertlab.document import Document
@@ -42,6 +41,7 @@ from bertlab.downstream import (
     pad_batch,
     tfidf_baseline,
 )
+from bertlab.loading import load_model
 from bertlab.model import BertConfig
 from bertlab.train import Objective, TrainConfig, train_loop
 

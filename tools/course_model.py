@@ -23,11 +23,12 @@ from pathlib import Path
 import torch
 
 import bertlab
-from bertlab.checkpoint import latest_checkpoint, load_model
+from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main as cli
 from bertlab.corpus import load_corpus
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.data import pretraining_loader
+from bertlab.loading import load_model
 from bertlab.pretraining import evaluate
 from bertlab.recipes import VAL_SEQ_LEN, recipe
 from bertlab.util import atomic_write_json

@@ -1,0 +1,84 @@
+"""A trained model back from disk, whichever way it was saved: a run folder or a Hugging Face folder.
+
+`load_model` is the one way the CLI, fine-tuning and the notebooks get a trained model and its
+tokenizer back; it sits above both formats (`bertlab.checkpoint`, `bertlab.hf`), so neither
+needs the other.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bertlab.checkpoint import latest_checkpoint, load_run
+from bertlab.classifier import BertForSequenceClassification
+from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
+from bertlab.model import BertForPreTraining
+from bertlab.util import describe_kind, folder_kind
+
+_MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
+                "hf": "a Hugging Face folder (from export-hf)"}
+
+
+def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf")) -> str:
+    """Return "run" or "hf", the kind of a model folder, after checking it is one of `kinds`.
+
+    A run folder must have a checkpoint. Anything else (a missing folder, a file, shards, other
+    files) raises a ValueError that says what is there and what to pass instead.
+    """
+    path = Path(path)
+    kind = folder_kind(path)
+    wanted = " or ".join(_MODEL_KINDS[k] for k in kinds)
+    if kind == "run" and latest_checkpoint(path) is None:
+        raise ValueError(f"run folder {path} has no checkpoint yet (looked in "
+                         f"{path / 'checkpoints'}); train first, or wait for the run's first "
+                         f"checkpoint")
+    if kind in kinds:
+        return kind
+    if kind in ("missing", "file"):
+        what = "it does not exist" if kind == "missing" else "it is a file"
+        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
+    if "hf" in kinds:
+        raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
+                         f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
+    raise ValueError(f"{path} has no checkpoint: it holds {describe_kind(kind)}; pass {wanted}")
+
+
+def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
+               require_tokenizer: bool = False, exact_vocab: bool = False,
+               ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
+    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder.
+
+    The one way to get a trained model back from disk, for the CLI and for fine-tuning. The kind
+    of folder is told apart first (`check_model_folder`; `kinds` says which are accepted): a run
+    gives its newest checkpoint that verifies (`load_run`), a Hugging Face folder goes through
+    `load_hf`. The model comes back on the CPU in eval mode, with finite weights.
+
+    The tokenizer is the folder's own (tokenizer.json, or vocab.txt in a Hugging Face folder);
+    None when there is none, unless `require_tokenizer`, which makes its absence a ValueError.
+    A tokenizer with more tokens than the model's vocabulary is refused (its ids would index
+    past the embedding table); a smaller one is fine (a vocabulary padded for speed) unless
+    `exact_vocab` (what an export needs).
+    """
+    path = Path(path)
+    if check_model_folder(path, kinds) == "run":
+        model, tok = load_run(path)
+        if tok is None and require_tokenizer:
+            raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
+                             f"the run was trained with (e.g. from its shard folder)")
+    else:
+        model = load_hf(path)
+        try:
+            tok = load_hf_tokenizer(path)
+        except ModelFolderMissingError:
+            if require_tokenizer:
+                raise
+            tok = None
+    if tok is not None:
+        size, model_size = tok.get_vocab_size(), model.config.vocab_size
+        if size > model_size or (exact_vocab and size != model_size):
+            raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's "
+                             f"vocabulary has {model_size}, so it is not the tokenizer the "
+                             f"model was trained with; put that one there (tokenizer.json)")
+    return model, tok
