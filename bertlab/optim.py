@@ -9,8 +9,10 @@ layers. Embeddings (a lookup table, and here tied to the output layer), the head
 LayerNorm gains stay on AdamW, as in Muon's reference setup.
 
 `MuonAdamW` holds one of each and looks like a single optimizer to `bertlab.train.train_loop`:
-its `param_groups` are both optimizers' groups (the loop sets their learning rates), and its
-state dict is the ordinary flat one, so checkpoints and exact resume work unchanged.
+its `param_groups` are both optimizers' groups (the loop sets their learning rates, and
+`torch.amp.GradScaler` unscales and checks their gradients, skipping both steps together after an
+overflow), and its state dict has the ordinary flat shape of one optimizer's, so checkpoints and
+exact resume work unchanged.
 
 Taught in notebooks/05_pretraining.ipynb
 """
@@ -29,45 +31,48 @@ def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
     return param.dim() == 2 and ".layers." in f".{name}"
 
 
-class MuonAdamW(torch.optim.Optimizer):
+class MuonAdamW:
     """Muon on the hidden matrices, AdamW on the other parameters, stepped together.
 
-    `muon_groups` and `adamw_groups` are parameter groups (lists of dicts) for each part;
-    `muon_options` and `adamw_options` their constructor arguments (lr, weight_decay, ...).
+    Not a `torch.optim.Optimizer` itself: it holds a `torch.optim.Muon` and a
+    `torch.optim.AdamW` (`parts`, in that order) and offers what the loop, checkpoints and
+    `torch.amp.GradScaler` use of an optimizer: `param_groups`, `step`, `zero_grad`,
+    `state_dict` and `load_state_dict`. `muon_groups` and `adamw_groups` are parameter groups
+    (lists of dicts) for each part; `muon_options` and `adamw_options` their constructor
+    arguments (lr, weight_decay, ...).
 
     Taught in notebooks/05_pretraining.ipynb
     """
 
     def __init__(self, muon_groups: Iterable[dict], adamw_groups: Iterable[dict], *,
                  muon_options: dict[str, Any], adamw_options: dict[str, Any]) -> None:
-        # Deliberately no Optimizer.__init__: the two parts own the groups and the state.
-        self.parts = (torch.optim.Muon(list(muon_groups), **muon_options),
-                      torch.optim.AdamW(list(adamw_groups), **adamw_options))
-        self.defaults: dict[str, Any] = {}
-        self._optimizer_step_pre_hooks: dict = {}
-        self._optimizer_step_post_hooks: dict = {}
+        self.muon = torch.optim.Muon(list(muon_groups), **muon_options)
+        self.adamw = torch.optim.AdamW(list(adamw_groups), **adamw_options)
+        self.parts = (self.muon, self.adamw)
 
+    # A property, not a list made once: load_state_dict gives each part new group dicts, and
+    # the loop's lr updates (and GradScaler's unscaling) must reach the live ones.
     @property
-    def param_groups(self) -> list[dict]:  # live: load_state_dict replaces the parts' dicts
+    def param_groups(self) -> list[dict]:
+        """Return both parts' parameter groups (the live dicts), Muon's first."""
         return [g for part in self.parts for g in part.param_groups]
 
-    @property
-    def state(self) -> dict:
-        return {p: s for part in self.parts for p, s in part.state.items()}
-
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: ANN001 - the torch.optim signature
-        if closure is not None:
-            raise ValueError("MuonAdamW.step takes no closure; compute the loss before stepping")
+    def step(self) -> None:
+        """Step both parts (Muon, then AdamW) on the gradients their parameters hold."""
         for part in self.parts:
             part.step()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear both parts' gradients (to None by default, as torch's optimizers do)."""
         for part in self.parts:
             part.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
-        """Return one flat state dict: parameters numbered across both parts, Muon's first."""
+        """Return one flat state dict: parameters numbered across both parts, Muon's first.
+
+        The shape of a single optimizer's ({"state": {index: {...}}, "param_groups": [...]}),
+        which is what `bertlab.checkpoint` splits into safetensors and JSON.
+        """
         state, groups, offset = {}, [], 0
         for part in self.parts:
             sd = part.state_dict()
@@ -87,6 +92,7 @@ class MuonAdamW(torch.optim.Optimizer):
             mine, groups = groups[:len(part.param_groups)], groups[len(part.param_groups):]
             ids = {i for g in mine for i in g["params"]}
             part.load_state_dict({
+                # Only this part's parameters: torch would keep state under unknown keys as is.
                 "state": {i - offset: s for i, s in state_dict["state"].items() if i in ids},
                 "param_groups": [{**g, "params": [i - offset for i in g["params"]]}
                                  for g in mine]})
