@@ -23,7 +23,7 @@ check: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m bertlab demo
 
-test: test-unit test-notebooks
+test: lint test-unit test-notebooks
 
 test-unit: $(STAMP)
 	$(PY) -m pytest tests

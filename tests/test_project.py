@@ -175,28 +175,60 @@ def test_import_is_silent_and_does_not_load_transformers():
 # The package's shape: one concept per module, imports at the top, a small public surface
 
 PACKAGE = ROOT / "bertlab"
-MODULES = sorted(PACKAGE.glob("*.py"))
-MAX_MODULE_LINES = 500
+MODULES = sorted(PACKAGE.rglob("*.py"))
+COURSE = "course"  # bertlab/course/: the course's tools, above the library
+TOP = ("cli", "__main__", "__init__")  # may import the library and the course
+# The library's layers, in the order the README's "Inside the package" table lists them (the order
+# the course teaches them, below the helpers everything uses): a module imports only modules
+# listed before it.
+LAYERS = (
+    "util", "errors",                                                        # helpers
+    "document", "sentences", "textfiles", "corpus", "wordpiece", "tokenizer",  # 01 text
+    "draws", "masking",                                                      # 02 masking
+    "nsp", "streaming", "shards", "data",                                    # 03 pairs, batches
+    "model", "classifier", "sizes", "hf",                                    # 04 encoder
+    "device", "config", "checkpoint", "loading", "resume", "optim", "hooks", "train",
+    "pretraining", "recipes",                                                # 05 pretraining
+    "downstream", "finetune",                                                # 06 downstream
+    "zh",                                                                    # 08 Chinese
+)
+MAX_FUNCTION_LINES = 60
+# Functions allowed past MAX_FUNCTION_LINES, each with its reason. Keep it empty.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _name(path: Path) -> str:
+    """Return a module's name inside the package: "model", "course.viz", "__init__"."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
 def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
-def _bertlab_imports(node: ast.AST) -> list[str]:
-    """Return the bertlab modules an import statement names ("bertlab.model" -> "model")."""
+def _bertlab_imports(node: ast.AST, here: str = "") -> list[str]:
+    """Return the bertlab modules an import statement names ("bertlab.course.viz" -> "course.viz";
+    a plain `import bertlab` or `from bertlab import __version__` -> "bertlab")."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom):
-        if node.level:  # a relative import: from . import x / from .x import y
-            names = [f"bertlab.{node.module}"] if node.module else [f"bertlab.{a.name}" for a in node.names]
+        if node.level:  # relative: resolve against the importing module's package
+            package = here.split(".")[:-1][:len(here.split(".")) - node.level]
+            base = ".".join(["bertlab", *package, *([node.module] if node.module else [])])
+            names = [base] if node.module else [f"{base}.{a.name}" for a in node.names]
+        elif node.module == "bertlab":
+            names = [f"bertlab.{a.name}" if (PACKAGE / f"{a.name}.py").exists()
+                     or (PACKAGE / a.name).is_dir() else "bertlab" for a in node.names]
         else:
             names = [node.module or ""]
-            if node.module == "bertlab":
-                names = [f"bertlab.{a.name}" for a in node.names]
     else:
         return []
-    return [n.split(".")[1] for n in names if n.startswith("bertlab.")]
+    return [n.removeprefix("bertlab.") for n in names if n == "bertlab" or n.startswith("bertlab.")]
+
+
+def _imports(path: Path) -> set[str]:
+    here = _name(path)
+    return {m for n in ast.walk(_tree(path)) for m in _bertlab_imports(n, here)} - {here}
 
 
 def test_public_surface_is_one_short_list():
@@ -211,24 +243,110 @@ def test_public_surface_is_one_short_list():
         f"listed but missing: {sorted(set(bertlab.__all__) - exported)}")
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
-def test_module_is_short(path):
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{path.name} has {lines} lines; split it by concept"
+def _code_lines(path: Path, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Return a function's lines of code: its docstring, comments and blank lines left out."""
+    lines = path.read_text(encoding="utf-8").splitlines()[fn.lineno - 1:fn.end_lineno]
+    body = fn.body
+    doc = set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        doc = set(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(1 for number, line in enumerate(lines, start=fn.lineno)
+               if number not in doc and line.strip() and not line.strip().startswith("#"))
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.name for p in MODULES])
+def _functions() -> list[tuple[str, int]]:
+    found = []
+    for path in MODULES:
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((f"{_name(path)}.{node.name}", _code_lines(path, node)))
+    return found
+
+
+def test_functions_are_short():
+    functions = _functions()
+    assert len(functions) > 100, "the function walk found too little to be a check"
+    long = [f"{name} ({n} lines)" for name, n in functions
+            if n > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS]
+    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines of code: {', '.join(long)}; "
+                      f"split them into named steps")
+    stale = [name for name in LONG_FUNCTIONS
+             if all(n <= MAX_FUNCTION_LINES for f, n in functions if f == name)]
+    assert not stale, f"LONG_FUNCTIONS lists functions that are short now: {stale}"
+
+
+def test_code_lines_leave_out_docstrings_and_comments(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text('def f():\n    """Doc\n\n    more."""\n    # why\n\n    x = 1\n    return x\n',
+                    encoding="utf-8")
+    (fn,) = [n for n in ast.walk(_tree(path)) if isinstance(n, ast.FunctionDef)]
+    assert _code_lines(path, fn) == 3  # def, x = 1, return x
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[_name(p) for p in MODULES])
 def test_bertlab_imports_sit_at_the_top(path):
     inner = []
     for fn in ast.walk(_tree(path)):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            inner += [f"line {n.lineno}" for n in ast.walk(fn) if _bertlab_imports(n)]
-    assert not inner, f"{path.name} imports bertlab modules inside functions ({', '.join(inner)})"
+            inner += [f"line {n.lineno}" for n in ast.walk(fn) if _bertlab_imports(n, _name(path))]
+    assert not inner, f"{_name(path)} imports bertlab modules inside functions ({', '.join(inner)})"
+
+
+def test_import_parser_sees_every_form(tmp_path):
+    cases = {"import bertlab": ["bertlab"], "import bertlab.model": ["model"],
+             "from bertlab import __version__": ["bertlab"], "from bertlab import model": ["model"],
+             "from bertlab.course.viz import plot": ["course.viz"],
+             "from . import masking": ["masking"], "from .grid import recipe": ["course.grid"]}
+    for code, expected in cases.items():
+        (node,) = ast.parse(code).body
+        here = "course.demo" if "grid" in code else "data"
+        assert _bertlab_imports(node, here) == expected, code
+
+
+def test_no_module_imports_the_whole_package():
+    offenders = [_name(p) for p in MODULES if "bertlab" in _imports(p)]
+    assert not offenders, f"{offenders} import the whole package (import bertlab); import the " \
+                          f"module that defines the name instead"
+
+
+def test_every_library_module_has_a_layer():
+    library = {_name(p) for p in MODULES if not _name(p).startswith(COURSE) and _name(p) not in TOP}
+    assert library == set(LAYERS), (f"modules without a layer: {sorted(library - set(LAYERS))}; "
+                                     f"layers without a module: {sorted(set(LAYERS) - library)}")
+
+
+def test_library_modules_import_only_layers_below():
+    wrong = []
+    for path in MODULES:
+        name = _name(path)
+        if name not in LAYERS:
+            continue
+        for dep in _imports(path):
+            if dep.startswith(COURSE):
+                wrong.append(f"{name} -> {dep} (the library never imports the course)")
+            elif dep not in LAYERS or LAYERS.index(dep) >= LAYERS.index(name):
+                wrong.append(f"{name} -> {dep}")
+    assert not wrong, "imports that climb (move the name down, or the module up):\n" + "\n".join(wrong)
+
+
+def test_course_sits_above_the_library():
+    course = [p for p in MODULES if _name(p).startswith(COURSE)]
+    assert {_name(p) for p in course} >= {"course.viz", "course.widgets", "course.doctor",
+                                          "course.demo", "course.cloze", "course.grid",
+                                          "course.ablations"}
+    for path in course:
+        climbing = {d for d in _imports(path) if d in TOP}
+        assert not climbing, f"{_name(path)} imports {sorted(climbing)}, the top layer"
+
+
+def test_a_plain_install_packages_the_course():
+    packages = _pyproject()["tool"]["setuptools"]["packages"]
+    assert set(packages) == {"bertlab", "bertlab.course"}, packages
 
 
 def test_modules_depend_without_cycles():
-    graph = {p.stem: {m for n in ast.walk(_tree(p)) for m in _bertlab_imports(n)} - {p.stem}
-             for p in MODULES}
+    graph = {_name(p): _imports(p) for p in MODULES}
     done: set[str] = set()
 
     def visit(name: str, path: tuple[str, ...]) -> None:
@@ -262,7 +380,7 @@ def _stamps() -> list[tuple[str, str, str]]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 for match in _STAMP.finditer(ast.get_docstring(node) or ""):
                     for nb in re.findall(r"notebooks/\d\d_\w+\.ipynb", match.group(1)):
-                        found.append((f"{path.stem}.{node.name}", node.name, nb))
+                        found.append((f"{_name(path)}.{node.name}", node.name, nb))
     return found
 
 
@@ -280,3 +398,31 @@ def test_lesson_links_name_a_notebook_that_uses_the_symbol():
         if not re.search(rf"\b{re.escape(name)}\b", sources[nb]):
             wrong.append(f"{where} -> {nb}")
     assert not wrong, "these docstrings link to a lesson that never mentions them:\n" + "\n".join(wrong)
+
+
+# --------------------------------------------------------------------------------------------
+# Packaging
+
+
+def test_packaging_has_one_version_a_license_and_a_setuptools_that_reads_them():
+    from importlib.metadata import version
+
+    import bertlab
+
+    project = _pyproject()
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bertlab.__version__"}
+    assert version("bertlab") == bertlab.__version__, "reinstall: the installed metadata is stale"
+    assert (ROOT / "LICENSE").is_file() and project["project"]["license-files"] == ["LICENSE"]
+    assert project["project"]["license"] in (ROOT / "LICENSE").read_text(encoding="utf-8")
+    # A license given as a string (an SPDX expression) needs setuptools 77.
+    (setuptools,) = [Requirement(r) for r in project["build-system"]["requires"]
+                     if Requirement(r).name == "setuptools"]
+    assert "76.9" not in setuptools.specifier and "77" in setuptools.specifier
+
+
+def test_run_and_data_folders_are_ignored_and_make_test_lints():
+    ignored = (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+    assert "/runs/" in ignored and "/data/" in ignored
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^test: .*\blint\b", makefile, flags=re.M), "make test must run the linter"
