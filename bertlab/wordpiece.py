@@ -91,30 +91,49 @@ def wordpiece_vocabulary(word_counts: Mapping[str, int], vocab_size: int,
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
+    words, freqs, singles = _split_into_characters(word_counts)
+    room = vocab_size - len(SPECIAL_TOKENS) - len(singles)  # what merged pieces may fill
+    merged = _learn_merges(words, freqs, singles, room, min_frequency)
+    chars = sorted(t for t in singles if not t.startswith("##"))
+    char_pieces = sorted(t for t in singles if t.startswith("##"))
+    base = [*SPECIAL_TOKENS, *chars, *char_pieces]
+    return [*base, *_order_by_use(merged, base, word_counts)]
+
+
+def _split_into_characters(word_counts: Mapping[str, int]
+                           ) -> tuple[list[list[str]], list[int], set[str]]:
+    """Return (each word as its characters, each word's count, every single-character piece).
+
+    A word "hello" becomes `h ##e ##l ##l ##o`; the singles are every character and the "##" form
+    of those seen inside a word. Words in sorted order; longer than `MAX_WORD_CHARS` left out.
+    """
     words: list[list[str]] = []
     freqs: list[int] = []
-    singles: set[str] = set()  # every character, and the "##" form of those seen inside a word
+    singles: set[str] = set()
     for word in sorted(word_counts):
         if 0 < len(word) <= MAX_WORD_CHARS:
             words.append([word[0], *("##" + ch for ch in word[1:])])
             freqs.append(word_counts[word])
             singles.update(word)
             singles.update(words[-1][1:])
-    size = len(SPECIAL_TOKENS) + len(singles)
-    merged: set[str] = set()
+    return words, freqs, singles
 
-    # Pair counts and, per pair, the words it occurs in; a heap of (-count, left, right) picks
-    # the most frequent pair, ties by spelling. Entries go stale when counts change: every change
-    # pushes a fresh entry, and a popped entry whose count is no longer current is skipped.
-    pairs: dict[tuple[str, str], int] = {}
-    where: dict[tuple[str, str], set[int]] = {}
-    for index, (pieces, freq) in enumerate(zip(words, freqs, strict=True)):
-        for pair in pairwise(pieces):
-            pairs[pair] = pairs.get(pair, 0) + freq
-            where.setdefault(pair, set()).add(index)
+
+def _learn_merges(words: list[list[str]], freqs: list[int], singles: set[str], room: int,
+                  min_frequency: int) -> set[str]:
+    """Return the new pieces of at most `room` merges, merging them into `words` as it goes.
+
+    Each round merges the most frequent adjacent pair of pieces (ties by spelling), until `room`
+    new pieces are made or no pair occurs `min_frequency` times.
+    """
+    pairs, where = _count_pairs(words, freqs)
+    # A heap of (-count, left, right) picks the most frequent pair, ties by spelling. Entries go
+    # stale when counts change: every change pushes a fresh entry, and a popped entry whose count
+    # is no longer current is skipped.
     heap = [(-count, left, right) for (left, right), count in pairs.items()]
     heapq.heapify(heap)
-    while heap and size < vocab_size:
+    merged: set[str] = set()
+    while heap and len(merged) < room:
         negative, left, right = heapq.heappop(heap)
         count = pairs.get((left, right), 0)
         if count != -negative:
@@ -122,43 +141,73 @@ def wordpiece_vocabulary(word_counts: Mapping[str, int], vocab_size: int,
         if count < min_frequency:
             break
         new = left + right[2:]  # right is always a "##" piece
-        if new not in merged and new not in singles:
+        if new not in singles:  # a merge can spell a piece that is already there
             merged.add(new)
-            size += 1
-        changed: set[tuple[str, str]] = set()
-        for index in where.pop((left, right)):
-            pieces, freq = words[index], freqs[index]
-            for pair in pairwise(pieces):
-                pairs[pair] -= freq
-                changed.add(pair)
-            out, i = [], 0
-            while i < len(pieces):
-                if i + 1 < len(pieces) and pieces[i] == left and pieces[i + 1] == right:
-                    out.append(new)
-                    i += 2
-                else:
-                    out.append(pieces[i])
-                    i += 1
-            words[index] = out
-            for pair in pairwise(out):
-                pairs[pair] = pairs.get(pair, 0) + freq
-                changed.add(pair)
-                where.setdefault(pair, set()).add(index)
-        for pair in changed:
+        for pair in _merge_everywhere(words, freqs, pairs, where, (left, right), new):
             if pairs[pair] > 0:
                 heapq.heappush(heap, (-pairs[pair], *pair))
             else:
                 del pairs[pair]
                 where.pop(pair, None)
+    return merged
 
-    # Order the merged pieces by how often they occur when the training words are encoded.
-    chars = sorted(t for t in singles if not t.startswith("##"))
-    char_pieces = sorted(t for t in singles if t.startswith("##"))
-    model = wordpiece_model(
-        {t: i for i, t in enumerate([*SPECIAL_TOKENS, *chars, *char_pieces, *merged])})
+
+def _count_pairs(words: list[list[str]], freqs: list[int]
+                 ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], set[int]]]:
+    """Return (each adjacent pair's count weighted by word frequency, the words it occurs in)."""
+    pairs: dict[tuple[str, str], int] = {}
+    where: dict[tuple[str, str], set[int]] = {}
+    for index, (pieces, freq) in enumerate(zip(words, freqs, strict=True)):
+        for pair in pairwise(pieces):
+            pairs[pair] = pairs.get(pair, 0) + freq
+            where.setdefault(pair, set()).add(index)
+    return pairs, where
+
+
+def _merge_everywhere(words: list[list[str]], freqs: list[int],
+                      pairs: dict[tuple[str, str], int], where: dict[tuple[str, str], set[int]],
+                      merge: tuple[str, str], new: str) -> set[tuple[str, str]]:
+    """Return the pairs whose counts changed after merging `merge` into `new` in every word.
+
+    Only the words that hold the pair are rewritten: their old pairs are uncounted and their new
+    ones counted, so `pairs` and `where` stay exact without recounting the whole vocabulary.
+    """
+    changed: set[tuple[str, str]] = set()
+    for index in where.pop(merge):
+        pieces, freq = words[index], freqs[index]
+        for pair in pairwise(pieces):
+            pairs[pair] -= freq
+            changed.add(pair)
+        words[index] = out = _merge_in_word(pieces, merge, new)
+        for pair in pairwise(out):
+            pairs[pair] = pairs.get(pair, 0) + freq
+            changed.add(pair)
+            where.setdefault(pair, set()).add(index)
+    return changed
+
+
+def _merge_in_word(pieces: list[str], merge: tuple[str, str], new: str) -> list[str]:
+    """Return `pieces` with every occurrence of the pair `merge` replaced by `new`, left to right."""
+    out, i = [], 0
+    while i < len(pieces):
+        if i + 1 < len(pieces) and (pieces[i], pieces[i + 1]) == merge:
+            out.append(new)
+            i += 2
+        else:
+            out.append(pieces[i])
+            i += 1
+    return out
+
+
+def _order_by_use(merged: set[str], base: list[str], word_counts: Mapping[str, int]) -> list[str]:
+    """Return the merged pieces, most used first when the training words are encoded.
+
+    Encoding uses the whole vocabulary (`base`, the specials and single characters, then the
+    merged pieces); ties by spelling.
+    """
+    model = wordpiece_model({t: i for i, t in enumerate([*base, *merged])})
     uses: Counter[str] = Counter()
     for word, freq in word_counts.items():
         for token in model.tokenize(word):
             uses[token.value] += freq
-    by_use = sorted(merged, key=lambda t: (-uses[t], t))
-    return [*SPECIAL_TOKENS, *chars, *char_pieces, *by_use]
+    return sorted(merged, key=lambda t: (-uses[t], t))
