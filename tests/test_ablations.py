@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bertlab import ablations, grid
+from bertlab.course import ablations, grid
 from bertlab.course.ablations import (
     BudgetData,
     compare_to_baseline,

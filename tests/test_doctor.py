@@ -10,7 +10,7 @@ from collections import namedtuple
 
 import pytest
 
-from bertlab import doctor
+from bertlab.course import doctor
 from bertlab.cli import main
 from bertlab.course.doctor import (
     Check,
