@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                         mlm_probability=RECIPE.mlm_probability)
             run = pretrain(model, loader, None, RECIPE.train_config(
                 max_steps=args.steps, checkpoint_interval=None, progress=False, log_interval=0,
-                device=args.device, seed=seed), nsp=RECIPE.nsp)
+                device=args.device, seed=seed), objectives=RECIPE.objectives)
             row = {"seed": seed, "model": kind, "train_seconds": round(run.elapsed_s, 1),
                    "final_loss": sum(run.step_losses[-20:]) / len(run.step_losses[-20:])}
             for eval_kind, loader in evals.items():

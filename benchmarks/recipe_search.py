@@ -81,7 +81,7 @@ for _name in ("bert", "course"):
     _r = recipe(_name)
     TRIALS[f"recipe-{_name}"] = {
         **BERT, "optimizer": _r.optimizer, "lr": _r.lr, "muon_lr": _r.muon_lr,
-        "mlm_probability": _r.mlm_probability, "nsp": _r.nsp, "dropout": _r.dropout,
+        "mlm_probability": _r.mlm_probability, "nsp": "nsp" in _r.objectives, "dropout": _r.dropout,
         "batch": _r.batch_size, "seq": _r.max_seq_len, "warmup": _r.warmup_fraction,
         "schedule": _r.schedule}
 STAGES = {"screen": [name for name in TRIALS if not name.startswith("low")],
@@ -115,7 +115,8 @@ def run_trial(name: str, spec: dict, seed: int, minutes: float) -> dict:
         schedule=spec["schedule"], precision=spec["precision"], betas=spec["betas"],
         weight_decay=spec["weight_decay"], eval_interval=None, checkpoint_interval=None,
         device="cpu", seed=seed, progress=False, log_interval=0)
-    result = bl.pretrain(model, train, None, train_config, nsp=spec["nsp"])
+    result = bl.pretrain(model, train, None, train_config,
+                         objectives=("mlm", "nsp") if spec["nsp"] else ("mlm",))
     metrics = evaluate(model, val, 40)
     return {"trial": name, "seed": seed, "minutes": minutes, "spec": spec,
             "val_seq_len": VAL_SEQ_LEN,

@@ -175,7 +175,7 @@ def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
     hf = arm == "transformers"
     if hf:
         train = hf_loader(train, tok, seed)
-    fit = hf_pretrain if hf else functools.partial(pretrain, nsp=r.nsp)
+    fit = hf_pretrain if hf else functools.partial(pretrain, objectives=r.objectives)
     mlm_fraction = 1.0 if hf else r.mlm_probability  # transformers' MLM head runs everywhere
 
     def build() -> nn.Module:  # the same initial weights at every call

@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.masking import check_mask_options, mask_tokens, wordpiece_word_ids
-from bertlab.nsp import NspExample, create_nsp_examples
+from bertlab.nsp import NspExample
+from bertlab.objectives import pair_builder
 from bertlab.shards import ShardExamples, shard_folder
 from bertlab.tokenizer import SpecialIds, special_ids
 
@@ -333,14 +334,17 @@ def pretraining_loader(
     drop_last: bool = False,
     short_seq_prob: float = 0.1,
     balance: str = "exact",
+    pairs: str = "nsp",
     word_ids: Sequence[Sequence[int | None]] | None = None,
     **collate_options: Any,
 ) -> EpochLoader:
     """Return an `EpochLoader` of pretraining batches (dicts of the five model inputs) for one split.
 
-    `docs_or_examples`: Documents (those whose `split` matches are turned into NSP examples
-    with `seed`; `split=None` takes all), NSP examples (used as given; pass `split=None`), or a
-    shard folder from `prepare_shards` (its `split` sub-folder, or the folder itself).
+    `docs_or_examples`: Documents (those whose `split` matches are turned into sentence pairs
+    with `seed`; `split=None` takes all), pair examples (used as given; pass `split=None`), or a
+    shard folder from `prepare_shards` (its `split` sub-folder, or the folder itself). `pairs`
+    says how pairs are built from Documents (`bertlab.objectives`): "nsp" (B follows A, or comes
+    from another document) or "sop" (A and B back to back, swapped half the time).
     `word_ids`: with NSP examples, one word-id list per example (`bertlab.zh.nsp_word_ids`), so
     `whole_word=True` masks those words (the Chinese path) instead of "##" words.
 
@@ -364,7 +368,7 @@ def pretraining_loader(
         masking = "dynamic" if split in ("train", None) else "static"
     examples = _examples(docs_or_examples, tokenizer, split, with_word_ids=word_ids is not None,
                          max_seq_len=max_seq_len, seed=seed, short_seq_prob=short_seq_prob,
-                         balance=balance)
+                         balance=balance, pairs=pairs)
     dataset = NspDataset(examples, word_ids=word_ids, seed=seed, masking=masking,
                          dupe_factor=dupe_factor)
     if len(dataset) == 0:
@@ -388,11 +392,12 @@ def pretraining_loader(
 def _examples(
     source: Sequence[Document] | Sequence[NspExample] | str | Path, tokenizer: Tokenizer | SpecialIds,
     split: str | None, *, with_word_ids: bool, max_seq_len: int, seed: int, short_seq_prob: float,
-    balance: str,
+    balance: str, pairs: str,
 ) -> Sequence[NspExample] | ShardExamples:
-    """Return the NSP examples `pretraining_loader` reads: built from Documents, given, or on disk."""
+    """Return the pair examples `pretraining_loader` reads: built from Documents, given, or on disk."""
+    build = pair_builder(pairs)
     items = None if isinstance(source, (str, Path)) else list(source)
-    if items and isinstance(items[0], NspExample):
+    if items and hasattr(items[0], "next_sentence_label") and hasattr(items[0], "input_ids"):
         if split is not None:
             raise ValueError(
                 f"pretraining_loader got NSP examples and split={split!r}; examples are "
@@ -403,6 +408,10 @@ def _examples(
         raise ValueError("pretraining_loader: word_ids go with the NSP examples they were built "
                          "for (nsp_word_ids); pass those examples, not Documents or shards")
     if items is None:
+        if pairs != "nsp":
+            raise ValueError(f"pretraining_loader: the shards in {source} hold NSP pairs (prepare "
+                             f"builds those); {pairs} pairs are built from documents: pass the "
+                             f"corpus itself, not prepared shards")
         return ShardExamples(shard_folder(source, split))
     if items and isinstance(items[0], Document):
         chosen = items if split is None else split_documents(items)[split]
@@ -413,9 +422,10 @@ def _examples(
             )
         if not isinstance(tokenizer, Tokenizer):
             raise ValueError("pretraining_loader needs a tokenizers.Tokenizer to tokenize Documents")
-        return create_nsp_examples(chosen, tokenizer, max_seq_len=max_seq_len,
-                                   short_seq_prob=short_seq_prob, seed=seed, balance=balance)
+        return build(chosen, tokenizer, max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
+                     seed=seed, balance=balance)
     kind = type(items[0]).__name__ if items else "nothing"
-    raise ValueError(f"pretraining_loader takes Documents, NspExamples or a shard folder; got {kind}")
+    raise ValueError(f"pretraining_loader takes Documents, NspExamples or a shard folder (or "
+                     f"SopExamples); got {kind}")
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.checkpoint import latest_checkpoint, load_checkpoint
+from bertlab.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
 from bertlab.config import TrainConfig, lr_at
 from bertlab.device import fast_math, from_rank0, rank_world, resolve_device, resolve_precision
 from bertlab.resume import (
@@ -113,12 +113,13 @@ class RunHooks:
 
     Built before anything is written: it resolves the device and precision and checks the
     loader's batch size and the run folder (rank 0), so a bad setting fails before any work.
-    `evaluate(model, loader, max_batches, device=, precision=)` gives the "val_" metrics of
-    each history row (with a `val_loader`).
+    The `objective`'s `evaluate(model, loader, max_batches, device=, precision=)` gives the
+    "val_" metrics of each history row (with a `val_loader`); its `name` is saved with every
+    checkpoint.
     """
 
-    def __init__(self, train_loader: Iterable[Batch], config: TrainConfig, *,
-                 evaluate: Any = None, val_loader: Iterable[Batch] | None = None,
+    def __init__(self, train_loader: Iterable[Batch], config: TrainConfig, objective: Any, *,
+                 val_loader: Iterable[Batch] | None = None,
                  out_dir: str | Path | None = None, resume: bool = False) -> None:
         self.config, self.resume = config, resume
         self.rank, self.world = rank_world()
@@ -133,7 +134,8 @@ class RunHooks:
         dataset = getattr(train_loader, "dataset", None)
         self.data = {"data_seed": getattr(train_loader, "seed", None),
                      "train_examples": len(dataset) if hasattr(dataset, "__len__") else None}
-        self.evaluate_fn = evaluate if val_loader is not None else None
+        self.objective = objective.name
+        self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loader = val_loader
         self.stopped_by, self.checkpoint = "max_steps", None
         self.step_losses: list[float] = []
@@ -170,9 +172,9 @@ class RunHooks:
             (self.out / "checkpoints").mkdir(exist_ok=True)
         if self.resume:
             ckpt = resume_checkpoint(self.out, self.is_main, self.world)
+            check_resume(read_checkpoint_state(ckpt, verified=True), ckpt, self.config.batch_size,
+                         self.config.grad_accum, *self.data.values(), objective=self.objective)
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
-            check_resume(saved, ckpt, self.config.batch_size, self.config.grad_accum,
-                         *self.data.values())
             run = RunState(**{f.name: saved[f.name] for f in fields(RunState)})
             restore_rng(saved, self.device, self.rank, self.world)
         self.model, self.first_step = model, run.step
@@ -180,7 +182,8 @@ class RunHooks:
         self.saver = CheckpointSaver(
             self.out if self.is_main else None, model, optimizer, scaler,
             self.config.keep_checkpoints,
-            {**self.data, "world_size": self.world, "train_config": self.config.to_dict()},
+            {**self.data, "objective": self.objective, "world_size": self.world,
+             "train_config": self.config.to_dict()},
             saved_step=run.step if self.resume else None)
         self.bar = _progress_bar(self.config, run, self.is_main)
         self.clock = time.perf_counter() - run.elapsed_s

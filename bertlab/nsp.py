@@ -165,9 +165,10 @@ class PairBuilder:
 
     def __init__(
         self, special: SpecialIds, *, max_seq_len: int, short_seq_prob: float, balance: str,
-        rng: random.Random,
+        rng: random.Random, negatives: bool = True,
     ) -> None:
         self.cls, self.sep = special.cls, special.sep
+        self.negatives = negatives  # False: IsNext pairs only (what sentence order swaps)
         self.max_tokens = max_seq_len - 3  # room for [CLS] and two [SEP]
         self.short_seq_prob = short_seq_prob
         self.exact = balance == "exact"
@@ -194,7 +195,7 @@ class PairBuilder:
 
         start = 0
         while start < n:
-            is_random_next = rng.random() < 0.5 if self.exact else False
+            is_random_next = (self.negatives and rng.random() < 0.5) if self.exact else False
             end, length = start, 0
             while end < n and length < target:  # grow the chunk to the target or the document end
                 length += len(sents[end])
@@ -267,15 +268,16 @@ class PairBuilder:
         return (af, ab), (bf, bb)
 
 
-def _check_corpus(corpus: TokenizedCorpus) -> list[int]:
-    """Return the indices of documents with text; raise if there are fewer than 2."""
+def _check_corpus(corpus: TokenizedCorpus, negatives: bool = True) -> list[int]:
+    """Return the indices of documents with text; raise if there are fewer than 2 (NotNext B
+    comes from another document; without negatives one is enough)."""
     usable = [d for d, sents in enumerate(corpus.sentences) if sents]
     if not usable:
         raise ValueError(
             f"{corpus.name} is empty: no document has a sentence with text; "
             f"pass documents with sentences (bertlab.load_corpus)"
         )
-    if len(usable) < 2:
+    if len(usable) < 2 and negatives:
         raise ValueError(
             f"{corpus.name} has 1 document; NSP needs at least 2 (negatives come from other "
             f"documents): add documents, or split a long text into several"
@@ -293,6 +295,7 @@ def create_nsp_examples(
     balance: str = "exact",
     dupe_factor: int = 1,
     include_title: bool = False,
+    negatives: bool = True,
 ) -> NspExamples:
     """Return NSP examples ([CLS] A [SEP] B [SEP], IsNext/NotNext) built from the documents.
 
@@ -313,11 +316,16 @@ def create_nsp_examples(
 
     `docs` are Documents (tokenized here; titles left out unless `include_title=True`) or a
     `TokenizedCorpus` from `tokenize_corpus`. Examples come in document order; the same seed
-    gives the same examples. Randomness: `random.Random(seed)`.
+    gives the same examples. Randomness: `random.Random(seed)`. `negatives=False` (with
+    `balance="exact"`) makes every pair IsNext: the in-order pairs that sentence-order
+    prediction swaps (`bertlab.sop`).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
     check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+    if not negatives and balance != "exact":
+        raise ValueError(f"negatives=False needs balance='exact' (Google's rule makes every "
+                         f"one-sentence chunk NotNext); got balance={balance!r}")
     if isinstance(docs, TokenizedCorpus):
         corpus = docs
     else:
@@ -326,10 +334,10 @@ def create_nsp_examples(
             raise TypeError("create_nsp_examples needs a tokenizers.Tokenizer to tokenize Documents")
         corpus = tokenize_corpus(docs, tokenizer, include_title=include_title)
     special = special_ids(tokenizer)
-    usable = _check_corpus(corpus)
+    usable = _check_corpus(corpus, negatives)
     rng = random.Random(seed)
     builder = PairBuilder(special, max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
-                          balance=balance, rng=rng)
+                          balance=balance, rng=rng, negatives=negatives)
     position = {d: i for i, d in enumerate(usable)}
 
     def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Sequence[list[int]]]:

@@ -1,7 +1,8 @@
 """BERT pretraining on the training loop: the loss share, `pretrain`, and what the model learned.
 
-`pretrain` is `bertlab.train.train_loop` with BERT's objective: masked LM plus next-sentence
-prediction (`nsp=False`: masked LM only), the loss defined once in `bertlab.model`. `evaluate`
+`pretrain` is `bertlab.train.train_loop` with a pretraining objective: masked LM, plus BERT's
+next-sentence prediction or ALBERT's sentence order (`bertlab.objectives`), from the loss sums
+defined once in `bertlab.model`. `evaluate`
 gives the held-out metrics it logs, `unigram_baseline` the score of a model that learned no
 context, and `fill_mask` what the model guesses for the [MASK]s of a text.
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -22,10 +23,13 @@ from torch import nn
 
 from bertlab.device import autocast_context, to_device
 from bertlab.model import IGNORE_INDEX, BertForPreTraining, loss_counts
+from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
 from bertlab.tokenizer import special_ids
 from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
 
-NSP_ONLY = ("bert.pooler.", "nsp.")  # the parameters only the NSP loss trains
+# The parameters only some objective trains (the pooler and the pair head on [CLS]).
+_PAIR_ONLY = tuple(sorted({prefix for spec in OBJECTIVES.values() for prefix in spec.trains}))
+BERT_OBJECTIVES = ("mlm", "nsp")
 
 
 def pretraining_counts(batch: Batch) -> dict[str, float]:
@@ -35,46 +39,61 @@ def pretraining_counts(batch: Batch) -> dict[str, float]:
 
 
 def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *,
-                     nsp: bool = True) -> torch.Tensor:
-    """Return this batch's share of the step's loss: MLM and NSP sums over the step's totals.
+                     objectives: Sequence[str] = BERT_OBJECTIVES) -> torch.Tensor:
+    """Return this batch's share of the step's loss: each objective's sum over the step's totals.
 
     Dividing summed cross-entropies (`loss_sums`, from `bertlab.model.pretraining_loss_sums`) by
     the targets of the whole optimizer step (all micro-batches, all processes) makes the loss,
     and so the gradient, identical whether a global batch is seen at once, in `grad_accum`
     pieces or split over DDP processes; averaging per-piece means would weight a target by how
-    many others share its piece. With `nsp=False` only the MLM part (RoBERTa's choice, and the
-    "MLM only" ablation): the model then gets no NSP labels, so no gradient reaches the pooler
-    or the NSP head, and no loss reads the last layer's [CLS] vector.
+    many others share its piece. `objectives` (`bertlab.objectives`): ("mlm", "nsp") is BERT's
+    loss; ("mlm",) is masked LM only (RoBERTa's choice, and the "MLM only" ablation): the model
+    then gets no pair labels, so no gradient reaches the pooler or the pair head, and no loss
+    reads the last layer's [CLS] vector; ("mlm", "sop") trains that head on sentence order.
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    if not nsp:
+    if pair_objective(objectives) is None:
         batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
     sums = model(**batch).loss_sums
-    loss = sums["mlm"] / max(totals["targets"], 1.0)
-    return loss + sums["nsp"] / max(totals["sequences"], 1.0) if nsp else loss
+    loss = None
+    for name in objectives:
+        spec = OBJECTIVES[name]
+        term = sums[spec.loss_sum] / max(totals[spec.count], 1.0)
+        loss = term if loss is None else loss + term
+    return loss
+
+
+def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES) -> Objective:
+    """Return the `Objective` the training loop runs for these pretraining objectives."""
+    names = check_objectives(objectives)
+    return Objective(loss=functools.partial(pretraining_loss, objectives=names),
+                     counts=pretraining_counts, evaluate=evaluate, name=",".join(names))
 
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterable[Batch] | None,
              config: TrainConfig, out_dir: str | Path | None = None,
-             resume: bool = False, nsp: bool = True) -> TrainResult:
-    """Return a `TrainResult` after pretraining `model` (MLM + NSP; MLM only with `nsp=False`)
-    with `config`.
+             resume: bool = False, objectives: Sequence[str] | str = BERT_OBJECTIVES,
+             ) -> TrainResult:
+    """Return a `TrainResult` after pretraining `model` on `objectives` with `config`.
 
+    `objectives`: ("mlm", "nsp") is BERT's; ("mlm",) masked LM only; ("mlm", "sop") sentence
+    order (build the loaders with the matching `pairs`, e.g. `recipe.loader_options()`).
     `train_loader`/`val_loader` yield dicts with input_ids, token_type_ids, attention_mask,
     labels and next_sentence_label (bertlab.pretraining_loader). Evaluates on `val_loader` at
     step 0, every `eval_interval` steps and at the end; see `train_loop` for checkpoints, resume,
-    DDP and errors. With `nsp=False` the NSP head gets no gradient: the history still reports its
-    accuracy, which then stays near chance.
+    DDP and errors. Without a pair objective the pair head gets no gradient: the history still
+    reports its accuracy, which then stays near chance.
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    objective = Objective(loss=functools.partial(pretraining_loss, nsp=nsp),
-                          counts=pretraining_counts, evaluate=evaluate)
-    # Without NSP the pooler and the NSP head get no gradient: they sit the run out (so DDP does
-    # not wait for their gradients, and no optimizer state is kept for them), then rejoin.
-    idle = [] if nsp else [p for n, p in model.named_parameters()
-                           if n.startswith(NSP_ONLY) and p.requires_grad]
+    objective = pretraining_objective(objectives)
+    trained = {prefix for name in objective.name.split(",") for prefix in OBJECTIVES[name].trains}
+    # Parameters only an objective outside this run trains (the pooler and the pair head, for
+    # masked LM alone) get no gradient: they sit the run out (so DDP does not wait for their
+    # gradients, and no optimizer state is kept for them), then rejoin.
+    idle = [p for n, p in model.named_parameters() if p.requires_grad and
+            n.startswith(_PAIR_ONLY) and not n.startswith(tuple(trained))]
     for p in idle:
         p.requires_grad_(False)
     try:

@@ -8,7 +8,7 @@ config and `TrainConfig`), so it is written down once here and handed out to eac
     r = recipe("course")
     train = pretraining_loader(docs, tok, split="train", seed=0, **r.loader_options())
     model = BertForPreTraining(r.model_config("tiny", tok.get_vocab_size()))
-    pretrain(model, train, val, r.train_config(max_steps=2000), nsp=r.nsp)
+    pretrain(model, train, val, r.train_config(max_steps=2000), objectives=r.objectives)
 
 Both recipes give a plain `BertForPreTraining` (a valid `transformers` model after `save_hf`):
 they differ only in how it is trained. Score any recipe on a validation loader masked BERT's
@@ -19,11 +19,13 @@ Taught in notebooks/05_pretraining.ipynb
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bertlab.config import TrainConfig
 from bertlab.model import BertConfig
+from bertlab.objectives import check_objectives, pairs_of
 
 # The TrainConfig fields a recipe sets.
 RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule")
@@ -44,7 +46,7 @@ class Recipe:
     name: str
     summary: str
     mlm_probability: float  # share of tokens selected as targets (then 80/10/10)
-    nsp: bool  # train next-sentence prediction beside masked LM
+    objectives: tuple[str, ...]  # what it learns (bertlab.objectives): masked LM, + NSP or SOP
     dropout: float  # hidden and attention dropout
     batch_size: int
     max_seq_len: int
@@ -54,10 +56,19 @@ class Recipe:
     warmup_fraction: float
     schedule: str  # decay after warmup: linear, cosine or constant
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "objectives",
+                           check_objectives(self.objectives, f"recipe {self.name!r}"))
+
     def loader_options(self) -> dict[str, Any]:
-        """Return the training loader's settings: batch_size, max_seq_len, mlm_probability."""
+        """Return the training loader's settings: batch_size, max_seq_len, mlm_probability and
+        the pairs its objectives train on."""
         return {"batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
-                "mlm_probability": self.mlm_probability}
+                "mlm_probability": self.mlm_probability, "pairs": pairs_of(self.objectives)}
+
+    def with_objectives(self, objectives: Sequence[str] | str) -> Recipe:
+        """Return this recipe with other objectives (e.g. "mlm,sop"), everything else equal."""
+        return replace(self, objectives=check_objectives(objectives))
 
     def model_config(self, preset: str, vocab_size: int, **overrides: Any) -> BertConfig:
         """Return `BertConfig.preset(preset, vocab_size)` with this recipe's dropout."""
@@ -84,14 +95,16 @@ RECIPES: dict[str, Recipe] = {
                 "+ NSP, dropout 0.1, AdamW with warmup and linear decay; batch, sequence "
                 "length, learning rate and warmup (6%, the paper's 1% of 1M steps is 10k) "
                 "scaled to a small model on a CPU",
-        mlm_probability=0.15, nsp=True, dropout=0.1, batch_size=32, max_seq_len=128,
+        mlm_probability=0.15, objectives=("mlm", "nsp"), dropout=0.1, batch_size=32,
+        max_seq_len=128,
         optimizer="adamw", lr=2e-3, muon_lr=0.02, warmup_fraction=0.06, schedule="linear"),
     "course": Recipe(
         name="course",
         summary="the course's recipe for minutes on a CPU, found by measurement "
                 "(benchmarks/recipe_search.py): 40% of tokens masked 80/10/10, MLM only, no "
                 "dropout, Muon on the encoder's matrices, 16 x 64-token pairs",
-        mlm_probability=0.4, nsp=False, dropout=0.0, batch_size=16, max_seq_len=64,
+        mlm_probability=0.4, objectives=("mlm",), dropout=0.0, batch_size=16,
+        max_seq_len=64,
         optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear"),
 }
 

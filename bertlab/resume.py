@@ -127,15 +127,18 @@ def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
 
 
 def check_resume(saved: dict, checkpoint: Path, batch_size: int, grad_accum: int,
-                 data_seed: int | None, examples: int | None) -> None:
-    """Refuse a resume that would train on other batches than the run it continues.
+                 data_seed: int | None, examples: int | None, objective: str | None = None) -> None:
+    """Refuse a resume that would train on other batches, or another loss, than the run it
+    continues.
 
     What decides which examples each step sees: the global batch, its split into
-    micro-batches, the data seed and the number of training examples. A ValueError names the
-    setting and both values.
+    micro-batches, the data seed and the number of training examples; and the objective (e.g.
+    "mlm+nsp") decides what is learned from them. A ValueError names the setting and both values.
     """
     train = saved.get("train_config") or {}
-    checks = [("batch_size", train.get("batch_size"), batch_size, "--batch-size"),
+    checks = [("objective", saved.get("objective") or None, objective or None,
+               "--objectives"),
+              ("batch_size", train.get("batch_size"), batch_size, "--batch-size"),
               ("grad_accum", train.get("grad_accum"), grad_accum, "--grad-accum"),
               ("data seed", saved.get("data_seed"), data_seed, "--data-seed"),
               ("number of training examples", saved.get("train_examples"), examples,

@@ -37,12 +37,14 @@ class Objective:
     `loss(model, batch, totals)` returns the batch's share of the step's loss, where `totals`
     holds the step's sums of `counts(batch)` (MLM targets, sequences...) over all its
     micro-batches and processes. `evaluate(model, loader, max_batches, device=, precision=)`,
-    when given, returns the held-out metrics of each history row.
+    when given, returns the held-out metrics of each history row. `name` goes into every
+    checkpoint, and a resume with another objective is refused.
     """
 
     loss: Callable[[nn.Module, Batch, dict[str, float]], torch.Tensor]
     counts: Callable[[Batch], dict[str, float]]
     evaluate: Callable[..., dict[str, float]] | None = None
+    name: str = ""
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig,
@@ -136,8 +138,8 @@ def train_loop(model: nn.Module, train_loader: Iterable[Batch], config: TrainCon
     logs and writes. Ctrl-C (or SIGTERM) saves a checkpoint, then re-raises; a NaN/inf loss
     raises FloatingPointError naming the step, leaving the last good checkpoint as it was.
     """
-    hooks = RunHooks(train_loader, config, evaluate=objective.evaluate, val_loader=val_loader,
-                     out_dir=out_dir, resume=resume)  # checks the settings and the run folder
+    hooks = RunHooks(train_loader, config, objective, val_loader=val_loader, out_dir=out_dir,
+                     resume=resume)  # checks the settings and the run folder
     model.to(hooks.device)
     optimizer = build_optimizer(model, config, hooks.device)
     scaler = torch.amp.GradScaler(hooks.device.type, enabled=hooks.precision == "fp16")

@@ -46,7 +46,7 @@ def tiny(tok, seed=0, **overrides):
 
 def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training():
     bert, course = recipe("bert"), recipe("course")
-    assert (bert.mlm_probability, bert.nsp, bert.dropout, bert.optimizer) == (0.15, True, 0.1,
+    assert (bert.mlm_probability, bert.objectives, bert.dropout, bert.optimizer) == (0.15, ("mlm", "nsp"), 0.1,
                                                                                 "adamw")
     assert bert.schedule == "linear"
     assert set(RECIPES) == {"bert", "course"} and course != bert
@@ -59,7 +59,8 @@ def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training()
 def test_recipe_hands_its_settings_to_loader_model_and_train_config():
     r = recipe("course")
     assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
-                                  "mlm_probability": r.mlm_probability}
+                                  "mlm_probability": r.mlm_probability, "pairs": "nsp"}
+    assert r.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
     assert r.model_config("tiny", 100).hidden_dropout == r.dropout
     assert r.model_config("tiny", 100, hidden_dropout=0.3).hidden_dropout == 0.3
     config = r.train_config(max_steps=50, lr=1e-4)
@@ -82,7 +83,7 @@ def test_course_model_exports_to_a_transformers_model_with_the_same_outputs(tok,
     model = tiny(tok, hidden_dropout=r.dropout, attention_dropout=r.dropout)
     pretrain(model, train, None, r.train_config(max_steps=3, batch_size=8, progress=False,
                                                  checkpoint_interval=None, device="cpu"),
-             nsp=r.nsp)
+             objectives=r.objectives)
     save_hf(model, tok, tmp_path / "hf")
     theirs = transformers.BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
     batch = next(iter(train))
@@ -210,6 +211,6 @@ def test_mlm_only_leaves_pooler_and_nsp_head_out_of_the_run_and_gives_them_back(
     train = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
     config = TrainConfig(max_steps=2, batch_size=8, progress=False, checkpoint_interval=None,
                          eval_interval=None, device="cpu", weight_decay=0.5)
-    pretrain(model, train, None, config, nsp=False)
+    pretrain(model, train, None, config, objectives=("mlm",))
     assert torch.equal(model.bert.pooler.weight, pooler)  # not even weight decay touched it
     assert all(p.requires_grad for p in model.parameters())  # ready for fine-tuning

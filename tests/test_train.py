@@ -117,7 +117,7 @@ def test_mlm_only_loss_ignores_nsp_and_leaves_the_pooler_untrained(tok, examples
     train, _ = loaders(examples, tok)
     batch = next(iter(train))
     model = make_model(tok, dropout=0.0)
-    loss = pretraining_loss(model, batch, pretraining_counts(batch), nsp=False)
+    loss = pretraining_loss(model, batch, pretraining_counts(batch), objectives=("mlm",))
     reference = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
                       labels=batch["labels"])
     assert reference.nsp_loss is None
@@ -132,7 +132,7 @@ def test_pretrain_without_nsp_and_evaluating_only_at_the_ends(tok, examples):
     model = make_model(tok)
     nsp_head = model.nsp.weight.detach().clone()
     result = pretrain(model, train, val, quiet(max_steps=12, lr=5e-3, eval_interval=None),
-                      nsp=False)
+                      objectives=("mlm",))
     assert [row["step"] for row in result.history] == [0, 12]
     assert result.history[-1]["val_mlm_loss"] < result.history[0]["val_mlm_loss"]
     assert torch.equal(model.nsp.weight, nsp_head)  # no gradient, so AdamW left it alone

@@ -113,7 +113,8 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
         log_interval=0, progress=False)
     start = time.perf_counter()
-    run = pretrain(model, loader, curve_loader, train_config, nsp=s["nsp"])
+    run = pretrain(model, loader, curve_loader, train_config,
+                   objectives=("mlm", "nsp") if s["nsp"] else ("mlm",))
     train_seconds = time.perf_counter() - start
     curve = [{"step": row["step"], "mask_accuracy": row["val_mask_accuracy"],
               "mlm_accuracy": row["val_mlm_accuracy"],

@@ -258,9 +258,9 @@ def check_training_speed(seconds: float = 20.0) -> Check:
     threads = torch.get_num_threads()
     torch.set_num_threads(min(2, threads))  # notebook 05's run uses 2 threads
     try:
-        pretrain(model, loader, None, course.train_config(max_steps=3, **quiet), nsp=course.nsp)
+        pretrain(model, loader, None, course.train_config(max_steps=3, **quiet), objectives=course.objectives)
         result = pretrain(model, loader, None, course.train_config(
-            max_steps=None, max_minutes=seconds / 60, **quiet), nsp=course.nsp)
+            max_steps=None, max_minutes=seconds / 60, **quiet), objectives=course.objectives)
         used = torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)

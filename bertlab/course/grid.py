@@ -184,7 +184,7 @@ def recipe_budget(recipe_name: str, name: str, **fields: Any) -> Budget:
     r = recipe(recipe_name)
     taken = {"max_seq_len": r.max_seq_len, "batch_size": r.batch_size, "lr": r.lr,
              "optimizer": r.optimizer, "muon_lr": r.muon_lr,
-             "settings": {"mlm_probability": r.mlm_probability, "nsp": r.nsp},
+             "settings": {"mlm_probability": r.mlm_probability, "nsp": "nsp" in r.objectives},
              "model_overrides": {"hidden_dropout": r.dropout, "attention_dropout": r.dropout}}
     return Budget(name=name, **{**taken, **fields})
 

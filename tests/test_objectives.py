@@ -1,0 +1,178 @@
+"""Objectives as a list: the registry, sentence-order pairs (SOP), and SOP trained end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from bertlab.corpus import load_corpus
+from bertlab.data import pretraining_loader
+from bertlab.document import Document
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.nsp import IS_NEXT, create_nsp_examples
+from bertlab.objectives import OBJECTIVES, check_objectives, pair_builder, pairs_of
+from bertlab.pretraining import pretrain, pretraining_objective
+from bertlab.recipes import recipe
+from bertlab.sop import IN_ORDER, SWAPPED, SopExample, create_sop_examples
+from bertlab.tokenizer import special_ids, train_tokenizer
+from bertlab.train import TrainConfig
+from tests.test_train import InterruptAt
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def docs():
+    return load_corpus("bbc")[:40]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(load_corpus("bbc")[:200], vocab_size=500)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+
+
+def test_objective_lists_are_checked_and_named():
+    assert check_objectives("mlm,sop") == ("mlm", "sop")
+    assert check_objectives(["mlm"]) == ("mlm",)
+    assert pairs_of(("mlm",)) == "nsp" and pairs_of(("mlm", "sop")) == "sop"
+    assert pair_builder("sop") is create_sop_examples
+    for bad, message in [("mlm,xyz", "unknown objective 'xyz'"), ("mlm,mlm", "twice"),
+                         ("nsp", "leaves out mlm"), ("mlm,nsp,sop", "nsp and sop both train"),
+                         ("", "unknown objective ''")]:
+        with pytest.raises(ValueError, match=message):
+            check_objectives(bad, "--objectives")
+    with pytest.raises(ValueError, match="pairs='mlm' is not a pair objective"):
+        pair_builder("mlm")
+
+
+def test_every_pair_objective_names_what_only_it_trains():
+    model_names = {n for n, _ in BertForPreTraining(BertConfig.preset(
+        "tiny", vocab_size=100)).named_parameters()}
+    for spec in OBJECTIVES.values():
+        assert spec.pairs is None or spec.trains, spec.name
+        for prefix in spec.trains:
+            assert any(n.startswith(prefix) for n in model_names), (spec.name, prefix)
+
+
+def test_a_recipe_carries_its_objectives_to_the_loader():
+    course = recipe("course")
+    assert course.objectives == ("mlm",) and recipe("bert").objectives == ("mlm", "nsp")
+    sop = course.with_objectives("mlm,sop")
+    assert sop.objectives == ("mlm", "sop") and sop.loader_options()["pairs"] == "sop"
+    with pytest.raises(ValueError, match="leaves out mlm"):
+        course.with_objectives("sop")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentence-order pairs
+
+
+def _segments(e) -> tuple[list[int], list[int]]:
+    return e.input_ids[1:1 + e.a_len], e.input_ids[2 + e.a_len:-1]
+
+
+def test_nsp_without_negatives_gives_only_in_order_pairs_and_needs_one_document(docs, tok):
+    positives = create_nsp_examples(docs, tok, max_seq_len=64, seed=0, negatives=False)
+    assert positives and all(e.next_sentence_label == IS_NEXT for e in positives)
+    assert all(e.b_doc_index == e.doc_index and e.b_sentences[0] == e.a_sentences[1]
+               for e in positives)
+    assert create_nsp_examples(docs[:1], tok, max_seq_len=64, negatives=False)
+    with pytest.raises(ValueError, match="negatives=False needs balance='exact'"):
+        create_nsp_examples(docs, tok, balance="google", negatives=False)
+
+
+def test_sop_pairs_are_nsp_positives_half_of_them_swapped(docs, tok):
+    positives = create_nsp_examples(docs, tok, max_seq_len=64, seed=3, negatives=False)
+    sop = create_sop_examples(docs, tok, max_seq_len=64, seed=3)
+    assert len(sop) == len(positives) and all(isinstance(e, SopExample) for e in sop)
+    special = special_ids(tok)
+    for s, p in zip(sop, positives, strict=True):
+        a, b = _segments(p)
+        assert s.input_ids[0] == special.cls and s.input_ids[-1] == special.sep
+        assert _segments(s) == ((b, a) if s.swapped else (a, b))
+        assert s.next_sentence_label == (SWAPPED if s.swapped else IN_ORDER)
+        assert s.token_type_ids == [0] * (s.a_len + 2) + [1] * (s.b_len + 1)
+        assert len(s.token_type_ids) == len(s.input_ids) <= 64
+    swapped = sum(e.swapped for e in sop)
+    assert abs(swapped - len(sop) / 2) < 4 * math.sqrt(len(sop) / 4)  # a fair coin, 4 sigma
+    assert [e.input_ids for e in create_sop_examples(docs, tok, max_seq_len=64, seed=3)] == \
+        [e.input_ids for e in sop]
+    assert [e.swapped for e in create_sop_examples(docs, tok, max_seq_len=64, seed=4)] != \
+        [e.swapped for e in sop]
+    with pytest.raises(ValueError, match="balance must be 'exact'"):
+        create_sop_examples(docs, tok, balance="google")
+
+
+def test_loader_builds_the_pairs_it_is_asked_for(docs, tok, tmp_path):
+    sop = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, seed=0,
+                             pairs="sop")
+    assert all(isinstance(e, SopExample) for e in sop.dataset.examples)
+    batch = next(iter(sop))
+    labels = [sop.dataset.examples[i].next_sentence_label for i in range(len(sop.dataset))]
+    assert set(batch["next_sentence_label"].tolist()) <= {IN_ORDER, SWAPPED}
+    assert set(labels) == {IN_ORDER, SWAPPED}
+    given = pretraining_loader(list(sop.dataset.examples), tok, split=None, batch_size=8)
+    assert len(given.dataset) == len(sop.dataset)
+    (tmp_path / "shards").mkdir()
+    with pytest.raises(ValueError, match="hold NSP pairs .* pass the corpus itself"):
+        pretraining_loader(tmp_path / "shards", tok, pairs="sop")
+    with pytest.raises(ValueError, match="pairs='xyz' is not a pair objective"):
+        pretraining_loader(docs, tok, pairs="xyz")
+
+
+def test_a_one_document_corpus_trains_sop_but_not_nsp(tok):
+    sentences = [f"sentence number {i} of my notes." for i in range(40)]
+    text = Document(id="notes", text=" ".join(sentences), sentences=sentences)
+    assert pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32, pairs="sop")
+    with pytest.raises(ValueError, match="NSP needs at least 2"):
+        pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32)
+
+
+# ---------------------------------------------------------------------------------------------
+# SOP, trained
+
+
+def _tiny(tok, seed=0):
+    config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), hidden_size=32,
+                               intermediate_size=64, max_position_embeddings=64)
+    return BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
+
+
+def test_sop_trains_the_pair_head_and_resumes_exactly(docs, tok, tmp_path):
+    config = TrainConfig(max_steps=6, batch_size=8, lr=3e-3, checkpoint_interval=None,
+                         eval_interval=None, progress=False, device="cpu")
+
+    def loader():
+        return pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, seed=0,
+                                  pairs="sop")
+
+    model = _tiny(tok)
+    head = model.nsp.weight.detach().clone()
+    full = pretrain(model, loader(), None, config, out_dir=tmp_path / "full",
+                    objectives=("mlm", "sop"))
+    assert not torch.equal(model.nsp.weight, head)  # the pair head learned from SOP
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C when the 4th batch is asked for
+        pretrain(_tiny(tok), InterruptAt(loader(), 4), None, config, out_dir=tmp_path / "cut",
+                 objectives=("mlm", "sop"))
+    with pytest.raises(ValueError, match="objective mlm,sop, this resume has mlm,nsp.*"
+                                         "--objectives"):
+        pretrain(_tiny(tok), loader(), None, config, out_dir=tmp_path / "cut", resume=True)
+    resumed = pretrain(_tiny(tok, seed=1), loader(), None, config, out_dir=tmp_path / "cut",
+                       resume=True, objectives="mlm,sop")
+    assert resumed.first_step == 3
+    assert resumed.step_losses == full.step_losses[3:]  # bit for bit
+    state = json.loads(next((tmp_path / "cut" / "checkpoints").iterdir()).joinpath(
+        "state.json").read_text())
+    assert state["objective"] == "mlm,sop"
+
+
+def test_the_loop_objective_is_named_by_its_list():
+    assert pretraining_objective(("mlm", "sop")).name == "mlm,sop"
+    assert pretraining_objective().name == "mlm,nsp"
