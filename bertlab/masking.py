@@ -1,15 +1,13 @@
 """Masked-LM masking: pick prediction targets, perturb them 80/10/10, label the originals.
 
-BERT's recipe has three steps, and the "15%" belongs to the first one only:
+BERT's recipe has three steps, one function each, and the "15%" belongs to the first one only:
 
-1. select: about 15% of the maskable tokens become prediction targets;
-2. perturb each target: 80% -> [MASK], 10% -> a random token, 10% -> left unchanged;
-3. label: the original id at every target, -100 (ignored by the loss) everywhere else.
+1. `select_targets`: about 15% of the maskable tokens become prediction targets;
+2. `perturb_targets`: each target's input -> [MASK] 80%, a random token 10%, left unchanged 10%;
+3. `label_targets`: the original id at every target, -100 (ignored by the loss) everywhere else.
 
-`mask_tokens` does this for a whole batch with tensor operations; `mask_tokens_reference` is the
-plain Python loop the course starts from. Randomness comes either from a `torch.Generator` or from
-per-row seeds hashed with the position (counter-based, so a row's mask depends only on its seed;
-see bertlab.draws).
+`mask_tokens` runs the three on a whole batch with tensor operations; `mask_tokens_reference` is
+the plain Python loop the course starts from.
 
 Taught in notebooks/02_masked_lm.ipynb.
 """
@@ -26,9 +24,7 @@ import numpy as np
 import torch
 from tokenizers import Encoding, Tokenizer
 
-from bertlab.draws import (
-    Draws,
-)
+from bertlab.draws import Draws
 from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
 
@@ -59,11 +55,8 @@ def _check_probability(name: str, value: float) -> float:
 
 
 def check_mask_options(
-    mlm_probability: float = 0.15,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-    selection: str = "bernoulli",
-    max_predictions: int | None = None,
+    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+    selection: str = "bernoulli", max_predictions: int | None = None,
     per_word_decision: bool = True,
 ) -> tuple[float, float, float]:
     """Return the three probabilities as floats, or raise ValueError naming a bad masking option.
@@ -75,10 +68,9 @@ def check_mask_options(
                      _check_probability("mask_replace_prob", mask_replace_prob),
                      _check_probability("random_replace_prob", random_replace_prob))
     if probabilities[1] + probabilities[2] > 1.0 + 1e-12:
-        raise ValueError(
-            f"mask_replace_prob + random_replace_prob = {probabilities[1] + probabilities[2]:g} "
-            f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 leave 0.1)"
-        )
+        raise ValueError(f"mask_replace_prob + random_replace_prob = {sum(probabilities[1:]):g} "
+                         f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 "
+                         f"leave 0.1)")
     if selection not in SELECTIONS:
         raise ValueError(f"selection={selection!r} is unknown; use one of {', '.join(SELECTIONS)}")
     if max_predictions is not None and (isinstance(max_predictions, bool)
@@ -90,44 +82,45 @@ def check_mask_options(
     return probabilities
 
 
-def _as_batch(input_ids: Any) -> tuple[torch.Tensor, bool]:
+def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]:
     if not isinstance(input_ids, torch.Tensor):
-        raise ValueError(
-            f"input_ids is a {type(input_ids).__name__}; pass a LongTensor of shape (T,) or (B, T) "
-            f"(e.g. torch.tensor(ids))"
-        )
+        raise ValueError(f"input_ids is a {type(input_ids).__name__}; pass a LongTensor of shape "
+                         f"(T,) or (B, T) (e.g. torch.tensor(ids))")
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-        raise ValueError(
-            f"input_ids has dtype {input_ids.dtype}; token ids must be integers (use .long())"
-        )
+        raise ValueError(f"input_ids has dtype {input_ids.dtype}; token ids must be integers "
+                         f"(use .long())")
+    if selected is not None and (getattr(selected, "dtype", None) != torch.bool
+                                 or selected.shape != input_ids.shape):
+        raise ValueError(f"selected must be a bool tensor shaped like input_ids, "
+                         f"{tuple(input_ids.shape)} (what select_targets returns)")
     if input_ids.dim() == 1:
         return input_ids[None, :], True
     if input_ids.dim() == 2:
         return input_ids, False
-    raise ValueError(
-        f"input_ids has shape {tuple(input_ids.shape)}; pass (T,) for one sequence or (B, T) "
-        f"for a batch (reshape to (-1, T) first)"
-    )
+    raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; pass (T,) for one sequence "
+                     f"or (B, T) for a batch (reshape to (-1, T) first)")
 
 
-def _as_row_seeds(row_seeds: Any, batch: int, squeeze: bool, device: torch.device) -> torch.Tensor:
-    if isinstance(row_seeds, int) and not isinstance(row_seeds, bool):
-        row_seeds = torch.tensor([row_seeds], dtype=torch.int64)
-    elif isinstance(row_seeds, (list, tuple)):
-        row_seeds = torch.tensor(row_seeds, dtype=torch.int64)
+def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Generator | None,
+             row_seeds: Any, selected: Any = None) -> tuple[torch.Tensor, bool, SpecialIds, Draws]:
+    # The arguments every step takes: the ids (and a selection), the vocabulary, the randomness.
+    ids, squeeze = _as_batch(input_ids, selected)  # (B, T); squeeze: input_ids was one (T,)
+    specials = special_ids(tokenizer_or_special_ids)
+    if generator is not None and row_seeds is not None:
+        raise ValueError("pass either generator= or row_seeds=, not both")
+    if row_seeds is None:
+        return ids, squeeze, specials, Draws(generator, None, ids.device)
+    if isinstance(row_seeds, (int, list, tuple)) and not isinstance(row_seeds, bool):
+        row_seeds = torch.atleast_1d(torch.tensor(row_seeds, dtype=torch.int64))  # an int: (1,)
     if not isinstance(row_seeds, torch.Tensor) or row_seeds.dtype not in (torch.int64, torch.int32):
-        raise ValueError(
-            "row_seeds must be a LongTensor of shape (B,) (one seed per row; see "
-            "bertlab.draws.example_seed)"
-        )
+        raise ValueError("row_seeds must be a LongTensor of shape (B,) (one seed per row; see "
+                         "bertlab.draws.example_seed)")
     if squeeze and row_seeds.dim() == 0:
         row_seeds = row_seeds[None]
-    if tuple(row_seeds.shape) != (batch,):
-        raise ValueError(
-            f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has {batch} row(s); "
-            f"pass one seed per row, shape ({batch},)"
-        )
-    return row_seeds.to(device=device, dtype=torch.int64)
+    if tuple(row_seeds.shape) != (len(ids),):
+        raise ValueError(f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has "
+                         f"{len(ids)} row(s); pass one seed per row, shape ({len(ids)},)")
+    return ids, squeeze, specials, Draws(None, row_seeds.to(ids.device, torch.int64), ids.device)
 
 
 def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
@@ -140,17 +133,13 @@ def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
         rows = [word_ids] if squeeze else list(word_ids)
         if len(rows) != shape[0] or any(len(row) != shape[1] for row in rows):
             lengths = sorted({len(row) for row in rows})
-            raise ValueError(
-                f"word_ids has {len(rows)} row(s) of length(s) {lengths} but input_ids has shape "
-                f"{shape}; pass one word index (or None) per token"
-            )
+            raise ValueError(f"word_ids has {len(rows)} row(s) of length(s) {lengths} but input_ids"
+                             f" has shape {shape}; pass one word index (or None) per token")
         tensor = torch.tensor([[-1 if w is None else w for w in row] for row in rows],
                               dtype=torch.int64)
     if tuple(tensor.shape) != shape:
-        raise ValueError(
-            f"word_ids has shape {tuple(word_ids.shape)} but input_ids has shape {shape}; pass one "
-            f"word index per token (-1 for specials and padding)"
-        )
+        raise ValueError(f"word_ids has shape {tuple(word_ids.shape)} but input_ids has shape "
+                         f"{shape}; pass one word index per token (-1 for specials and padding)")
     return tensor.to(device=device, dtype=torch.int64)
 
 
@@ -221,22 +210,14 @@ def _ensure_one(selected: torch.Tensor, eligible: torch.Tensor, keys: torch.Tens
     return selected | forced
 
 
-def _select_tokens(keys: torch.Tensor, maskable: torch.Tensor, mlm_probability: float,
-                   selection: str, max_predictions: int | None, draws: Draws) -> torch.Tensor:
-    if selection == "exact":
-        budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
-        return _ranks(keys, maskable, draws.last) < budget[:, None]
-    selected = draws.below(keys, mlm_probability) & maskable
-    if max_predictions is not None:
-        selected &= _ranks(keys, maskable, draws.last) < max_predictions
-    return _ensure_one(selected, maskable, keys, draws.last)
-
-
-def _select_words(
-    word_keys: torch.Tensor, word_length: torch.Tensor, n_maskable: torch.Tensor,
-    mlm_probability: float, selection: str, max_predictions: int | None, draws: Draws,
-) -> torch.Tensor:
-    """Selected words (B, W) given per-word keys and maskable-token counts, never splitting one."""
+def _select_words(words: torch.Tensor, maskable: torch.Tensor, mlm_probability: float,
+                  selection: str, max_predictions: int | None, draws: Draws) -> torch.Tensor:
+    """Selected words (B, W) given each token's word (B, T, all >= 0), never splitting one."""
+    batch, n_words = len(words), (int(words.max()) + 1 if words.numel() else 1)
+    word_length = torch.zeros((batch, n_words), dtype=torch.int64, device=words.device)
+    word_length.scatter_add_(1, words, maskable.long())  # maskable tokens per word, (B, W)
+    word_keys = draws.grid(_WORD_SELECT, batch, n_words)  # (B, W)
+    n_maskable = maskable.sum(dim=1)  # (B,)
     candidate = word_length > 0  # (B, W)
     if selection == "bernoulli":
         chosen = draws.below(word_keys, mlm_probability) & candidate
@@ -261,63 +242,166 @@ def _select_words(
     return _ensure_one(selected, chosen, word_keys, draws.last)
 
 
-# --- the public functions ---------------------------------------------------------------------------
+# --- the public functions: one per step, and mask_tokens, which runs the three ----------------------
 
 
-def mask_tokens(
-    input_ids: torch.Tensor,
-    tokenizer_or_special_ids: Tokenizer | SpecialIds,
-    *,
-    mlm_probability: float = 0.15,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-    selection: str = "bernoulli",
-    max_predictions: int | None = None,
-    word_ids: torch.Tensor | Sequence[Any] | None = None,
-    per_word_decision: bool = True,
-    attention_mask: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
+def select_targets(
+    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
+    mlm_probability: float = 0.15, selection: str = "bernoulli",
+    max_predictions: int | None = None, word_ids: torch.Tensor | Sequence[Any] | None = None,
+    attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None,
-    return_decisions: bool = False,
-) -> tuple[torch.Tensor, ...]:
-    """Return `(masked_input_ids, labels)`: BERT's masked-LM inputs and targets for `input_ids`.
+) -> torch.Tensor:
+    """Return a bool tensor shaped like `input_ids`, True at the prediction targets (step 1).
 
-    `input_ids` is a LongTensor of shape (T,) or (B, T); it is never modified. The three steps:
-
-    1. Select targets among the maskable positions: every position except the special tokens
-       ([PAD], [UNK], [CLS], [SEP], [MASK]) and, when `attention_mask` is given, its zeros.
-       `selection="bernoulli"`: each one independently with `mlm_probability` (what
-       transformers does). `selection="exact"`: exactly min(max_predictions, max(1, round(n * p)))
-       of the n maskable tokens per sequence. Google's `create_pretraining_data.py` uses the same
-       rule but counts [CLS] and [SEP] in n, so its realised rate over maskable tokens is a little
-       higher (0.152-0.164 at 128 tokens); `round` halves to even, as Python 3 does.
-       `max_predictions` also caps the Bernoulli count (the kept targets are a uniform subset).
-    2. Perturb each target: `mask_replace_prob` -> [MASK]; `random_replace_prob` -> a token drawn
-       uniformly from the non-special vocabulary (Google and transformers may draw special ones);
-       the rest stay unchanged.
-    3. Label: the original id at every target, -100 (`IGNORE_INDEX`) everywhere else.
+    Targets come from the maskable positions: every position except the special tokens ([PAD],
+    [UNK], [CLS], [SEP], [MASK]) and, when `attention_mask` is given, its zeros.
+    `selection="bernoulli"`: each one independently with `mlm_probability` (what transformers
+    does). `selection="exact"`: exactly min(max_predictions, max(1, round(n * p))) of the n
+    maskable tokens per sequence. Google's `create_pretraining_data.py` uses the same rule but
+    counts [CLS] and [SEP] in n, so its realised rate over maskable tokens is a little higher
+    (0.152-0.164 at 128 tokens); `round` halves to even, as Python 3 does. `max_predictions` also
+    caps the Bernoulli count (the kept targets are a uniform subset).
 
     [UNK] is never a target: its "original" carries no information to predict (transformers skips
     it too; Google's code does not). A sequence with at least one maskable token always gets at
-    least one target when `mlm_probability > 0` (a uniformly chosen one if the draw gave none):
-    a row without targets teaches nothing, and a batch of such rows gives a NaN loss
+    least one target when `mlm_probability > 0` (a uniformly chosen one if the draw gave none): a
+    row without targets teaches nothing, and a batch of such rows gives a NaN loss
     (transformers#16711). Under Bernoulli selection that raises the expected rate over n maskable
-    tokens from p to p + (1 - p)**n / n: +0.034 at n = 8, under 1e-6 beyond n = 64.
-    `mlm_probability=0` selects nothing.
+    tokens from p to p + (1 - p)**n / n: +0.034 at n = 8, under 1e-6 beyond n = 64. Rate 0 selects
+    nothing.
 
     Whole-word masking: pass `word_ids` (per sequence, one word index per token and None for
     specials and padding; a list of lists for a batch, or a LongTensor with -1 for None; see
     `word_ids_from_encoding`). Words are then selected as a whole: Bernoulli per word, or, in
     exact mode, Google's greedy fill of the token budget in random word order (a word that does
     not fit is skipped, so a word is never split; if no word fits, one word is taken anyway).
-    Positions with word id -1 are never selected. With `per_word_decision=True` all pieces of a
-    word get the same 80/10/10 decision; `False` decides per piece, as Google does.
+    Positions with word id -1 are never selected. `generator` and `row_seeds` as in `mask_tokens`.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
+                                             row_seeds)
+    mlm_probability = check_mask_options(mlm_probability, selection=selection,
+                                         max_predictions=max_predictions)[0]
+    (batch, length), device = ids.shape, ids.device
+    if ids.numel():
+        low, high = torch.aminmax(ids)
+        if int(low) < 0 or int(high) >= specials.vocab_size:
+            raise ValueError(f"input_ids holds ids from {int(low)} to {int(high)} but the "
+                             f"vocabulary has {specials.vocab_size} tokens; pass the tokenizer "
+                             f"that produced these ids")
+    maskable = _not_special(ids, _special_runs(specials))  # (B, T)
+    if attention_mask is not None:
+        attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
+        if tuple(attention.shape) != (batch, length):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but "
+                             f"input_ids has shape {tuple(input_ids.shape)}; pass the mask of the "
+                             f"same batch")
+        maskable.logical_and_(attention)
+    if mlm_probability == 0.0:
+        selected = torch.zeros_like(maskable)
+    elif word_ids is None and selection == "exact":  # the budget's worth of smallest keys
+        keys = draws.grid(_SELECT, batch, length)  # (B, T)
+        budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
+        selected = _ranks(keys, maskable, draws.last) < budget[:, None]
+    elif word_ids is None:  # a key below p
+        keys = draws.grid(_SELECT, batch, length)  # (B, T)
+        selected = draws.below(keys, mlm_probability) & maskable
+        if max_predictions is not None:
+            selected &= _ranks(keys, maskable, draws.last) < max_predictions
+        selected = _ensure_one(selected, maskable, keys, draws.last)
+    else:
+        words = _as_word_ids(word_ids, (batch, length), squeeze, device)  # (B, T), -1 = none
+        maskable &= words >= 0
+        words = words.clamp(min=0)  # the -1s are not maskable: any word index will do
+        chosen = _select_words(words, maskable, mlm_probability, selection, max_predictions, draws)
+        selected = chosen.gather(1, words) & maskable  # (B, W) -> (B, T)
+    return selected[0] if squeeze else selected  # (1, T) -> (T,) for one sequence
+
+
+def perturb_targets(
+    input_ids: torch.Tensor, selected: torch.Tensor,
+    tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
+    mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+    word_ids: torch.Tensor | Sequence[Any] | None = None, per_word_decision: bool = True,
+    generator: torch.Generator | None = None,
+    row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Return `masked_input_ids`: `input_ids` with each target of `selected` perturbed (step 2).
+
+    `selected` is what `select_targets` returns. A target becomes [MASK] with `mask_replace_prob`,
+    a token drawn uniformly from the non-special vocabulary with `random_replace_prob` (Google and
+    transformers may draw special ones), or stays unchanged; other positions are left alone. With
+    `word_ids` (as in `select_targets`) and `per_word_decision=True` all pieces of a word get the
+    same decision; `False` decides per piece, as Google does. `generator` and `row_seeds` as in
+    `mask_tokens`; `return_decisions=True` returns `(masked_input_ids, decisions)`, as it does.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
+                                             row_seeds, selected)
+    _, mask_replace_prob, random_replace_prob = check_mask_options(
+        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob,
+        per_word_decision=per_word_decision)
+    ids = ids.contiguous()  # flat positions below index the row-major layout
+    batch, length = ids.shape
+    n_allowed = specials.vocab_size - len(set(specials.all))  # ids a random replacement may be
+    # Only the k targets (about 15% of the batch) are touched, as flat (k,) tensors.
+    flat = selected.reshape(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
+    original = ids.take(flat)
+    decide, pick = draws.at(_DECIDE, flat, length, n_allowed if random_replace_prob > 0.0 else None)
+    if word_ids is not None and per_word_decision:  # one decision per word, shared by its pieces
+        words = _as_word_ids(word_ids, (batch, length), squeeze, ids.device)  # (B, T), -1 = none
+        n_words = max(int(words.max()) + 1, 1) if words.numel() else 1
+        word_flat = (flat // length) * n_words + words.take(flat).clamp(min=0)  # (k,) in (B, W)
+        decide = draws.uniform(draws.grid(_WORD_DECIDE, batch, n_words).take(word_flat))
+    # decide in [0, m): [MASK]; in [m, m + r): a random token; in [m + r, 1): kept.
+    new = original
+    if pick is not None:
+        pick = _nth_non_special(pick, _special_runs(specials)).to(ids.dtype)
+        new = torch.where(decide < mask_replace_prob + random_replace_prob, pick, original)
+    new = torch.where(decide < mask_replace_prob, specials.mask, new)
+    masked = ids.put(flat, new)
+    if not return_decisions:
+        return masked[0] if squeeze else masked  # (1, T) -> (T,) for one sequence
+    decision = torch.full_like(original, int(Decision.KEEP), dtype=torch.int8)
+    if pick is not None:
+        decision[decide < mask_replace_prob + random_replace_prob] = int(Decision.RANDOM)
+    decision[decide < mask_replace_prob] = int(Decision.MASK)
+    decisions = torch.zeros_like(ids, dtype=torch.int8).put_(flat, decision)
+    return (masked[0], decisions[0]) if squeeze else (masked, decisions)
+
+
+def label_targets(input_ids: torch.Tensor, selected: torch.Tensor) -> torch.Tensor:
+    """Return the labels (step 3): the original id at each target, -100 (`IGNORE_INDEX`) elsewhere.
+
+    Taught in notebooks/02_masked_lm.ipynb.
+    """
+    _as_batch(input_ids, selected)
+    return torch.where(selected, input_ids, IGNORE_INDEX)
+
+
+def mask_tokens(
+    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
+    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+    selection: str = "bernoulli", max_predictions: int | None = None,
+    word_ids: torch.Tensor | Sequence[Any] | None = None, per_word_decision: bool = True,
+    attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
+    row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Return `(masked_input_ids, labels)`: BERT's masked-LM inputs and targets for `input_ids`.
+
+    `input_ids` is a LongTensor of shape (T,) or (B, T); it is never modified. The three steps
+    are `select_targets`, `perturb_targets` and `label_targets`: their docstrings hold the details.
 
     Randomness: `generator` (a torch.Generator; reproducible for a given batch) or `row_seeds`
-    (one int64 seed per row): row i's draws are a counter-based hash (splitmix64) of (seed, position,
-    kind of draw), so a row's mask depends only on its seed and its tokens, never on which batch,
-    worker, process or device it lands in, nor on how far the batch is padded. Build row seeds
-    with `example_seed(seed, epoch_or_dupe, index)`. Neither given: torch's global generator.
+    (one int64 seed per row): row i's draws are a counter-based hash (splitmix64; see
+    bertlab.draws) of (seed, position, kind of draw), so a row's mask depends only on its seed and
+    its tokens, never on which batch, worker, process or device it lands in, nor on how far the
+    batch is padded. Build row seeds with `example_seed(seed, epoch_or_dupe, index)`. Neither
+    given: torch's global generator. The three steps called in turn with the same generator (or
+    row seeds) give the same result.
 
     With `return_decisions=True` a third tensor (int8, same shape) holds a `Decision` per position:
     NOT_TARGET, MASK, RANDOM or KEEP. Tests count these, since a random replacement can equal the
@@ -325,96 +409,28 @@ def mask_tokens(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    ids, squeeze = _as_batch(input_ids)  # (B, T)
-    specials = special_ids(tokenizer_or_special_ids)
-    mlm_probability, mask_replace_prob, random_replace_prob = check_mask_options(
-        mlm_probability, mask_replace_prob, random_replace_prob, selection, max_predictions,
-        per_word_decision)
-    if generator is not None and row_seeds is not None:
-        raise ValueError("pass either generator= or row_seeds=, not both")
-    ids = ids.contiguous()  # flat positions below index the row-major layout
-    batch, length = ids.shape
-    device = ids.device
-    if row_seeds is not None:
-        row_seeds = _as_row_seeds(row_seeds, batch, squeeze, device)
-
-    runs = _special_runs(specials)
-    n_allowed = specials.vocab_size - sum(high - low + 1 for low, high in runs)
-    if ids.numel():
-        low, high = torch.aminmax(ids)
-        if int(low) < 0 or int(high) >= specials.vocab_size:
-            raise ValueError(
-                f"input_ids holds ids from {int(low)} to {int(high)} but the vocabulary has "
-                f"{specials.vocab_size} tokens; pass the tokenizer that produced these ids"
-            )
-    maskable = _not_special(ids, runs)  # (B, T)
-    if attention_mask is not None:
-        attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
-        if tuple(attention.shape) != (batch, length):
-            raise ValueError(
-                f"attention_mask has shape {tuple(attention_mask.shape)} but input_ids has shape "
-                f"{tuple(input_ids.shape)}; pass the mask of the same batch"
-            )
-        maskable.logical_and_(attention)
-
-    # Step 1, select: per token, or per word when word ids are given.
-    draws = Draws(generator, row_seeds, device)
-    words = None
-    if mlm_probability == 0.0:
-        selected = torch.zeros_like(maskable)
-    elif word_ids is None:
-        keys = draws.grid(_SELECT, batch, length)  # (B, T)
-        selected = _select_tokens(keys, maskable, mlm_probability, selection, max_predictions,
-                                  draws)
-    else:
-        words = _as_word_ids(word_ids, (batch, length), squeeze, device)  # (B, T), -1 = none
-        maskable &= words >= 0
-        n_words = max(int(words.max()) + 1, 1) if words.numel() else 1
-        words = words.clamp(min=0)
-        word_length = torch.zeros((batch, n_words), dtype=torch.int64, device=device)
-        word_length.scatter_add_(1, words, maskable.long())  # maskable tokens per word, (B, W)
-        word_keys = draws.grid(_WORD_SELECT, batch, n_words)  # (B, W)
-        chosen = _select_words(word_keys, word_length, maskable.sum(dim=1), mlm_probability,
-                               selection, max_predictions, draws)
-        selected = chosen.gather(1, words) & maskable  # (B, W) -> (B, T)
-
-    # Step 2, perturb: only the k targets (about 15% of the batch), as flat (k,) tensors.
-    flat = selected.view(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
-    original = ids.take(flat)
-    replace_from = n_allowed if random_replace_prob > 0.0 else None
-    decide, pick = draws.at(_DECIDE, flat, length, replace_from)
-    if words is not None and per_word_decision:  # one decision per word, shared by its pieces
-        word_flat = (flat // length) * n_words + words.take(flat)  # (k,) positions in (B, W)
-        decide = draws.uniform(draws.grid(_WORD_DECIDE, batch, n_words).take(word_flat))
-    # decide in [0, m): [MASK]; in [m, m + r): a random token; in [m + r, 1): kept.
-    new = original
-    if pick is not None:
-        pick = _nth_non_special(pick, runs).to(ids.dtype)
-        new = torch.where(decide < mask_replace_prob + random_replace_prob, pick, original)
-    new = torch.where(decide < mask_replace_prob, specials.mask, new)
-    # Step 3, label: the original id at every target, IGNORE_INDEX elsewhere.
-    outputs = [ids.put(flat, new), torch.where(selected, ids, IGNORE_INDEX)]
-    if return_decisions:
-        decision = torch.full_like(original, int(Decision.KEEP), dtype=torch.int8)
-        if pick is not None:
-            decision[decide < mask_replace_prob + random_replace_prob] = int(Decision.RANDOM)
-        decision[decide < mask_replace_prob] = int(Decision.MASK)
-        outputs.append(torch.zeros_like(ids, dtype=torch.int8).put_(flat, decision))
-    if squeeze:
-        outputs = [t[0] for t in outputs]
-    return tuple(outputs)
+    # Check every option before step 1 draws anything: a bad one leaves the generator untouched.
+    specials = _prepare(input_ids, tokenizer_or_special_ids, None, None)[2]
+    mlm_probability = check_mask_options(mlm_probability, mask_replace_prob, random_replace_prob,
+                                         selection, max_predictions, per_word_decision)[0]
+    selected = select_targets(
+        input_ids, specials, mlm_probability=mlm_probability, selection=selection,
+        max_predictions=max_predictions, word_ids=word_ids, attention_mask=attention_mask,
+        generator=generator, row_seeds=row_seeds)
+    # Nothing is selected at rate 0, and step 1 then never reads (nor checks) the word ids.
+    perturbed = perturb_targets(
+        input_ids, selected, specials, mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob, word_ids=word_ids if mlm_probability else None,
+        per_word_decision=per_word_decision, generator=generator, row_seeds=row_seeds,
+        return_decisions=return_decisions)
+    masked, *decisions = perturbed if return_decisions else (perturbed,)
+    return (masked, label_targets(input_ids, selected), *decisions)
 
 
 def mask_tokens_reference(
-    tokens: Sequence[Any],
-    vocab: Sequence[Any],
-    *,
-    mlm_probability: float = 0.15,
-    mask_replace_prob: float = 0.8,
-    random_replace_prob: float = 0.1,
-    mask_token: Any = MASK,
-    special_tokens: Sequence[Any] = SPECIAL_TOKENS,
-    rng: random.Random,
+    tokens: Sequence[Any], vocab: Sequence[Any], *,
+    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+    mask_token: Any = MASK, special_tokens: Sequence[Any] = SPECIAL_TOKENS, rng: random.Random,
     return_decisions: bool = False,
 ) -> tuple[list[Any], ...]:
     """Return `(masked_tokens, labels)` from the plain one-token-at-a-time loop in the BERT paper.

@@ -22,8 +22,11 @@ from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
     Decision,
     check_mask_options,
+    label_targets,
     mask_tokens,
     mask_tokens_reference,
+    perturb_targets,
+    select_targets,
     word_ids_from_encoding,
     wordpiece_word_ids,
 )
@@ -494,6 +497,106 @@ def test_row_seeds_give_the_same_mask_on_cuda():
     gpu = mask_tokens(ids.cuda(), SPLIT_SPECIALS, row_seeds=seeds.cuda(),
                       attention_mask=attention.cuda())
     assert all(torch.equal(a, b.cpu()) for a, b in zip(cpu, gpu, strict=True))
+
+
+# --- the three steps on their own: select -> perturb -> label ------------------------------------
+
+
+@pytest.mark.parametrize("specials", [SPECIALS, SPLIT_SPECIALS])
+def test_select_targets_skips_specials_and_padding_and_picks_the_right_count(specials):
+    ids, attention = random_batch(specials, 400, 500, seed=20, min_len=3)
+    g = torch.Generator().manual_seed(20)
+    ids[(torch.rand(ids.shape, generator=g) < 0.05) & attention.bool()] = specials.unk
+    ids[(torch.rand(ids.shape, generator=g) < 0.05) & attention.bool()] = specials.mask
+    maskable = attention.bool() & ~torch.isin(ids, torch.tensor(specials.all))
+    everything = select_targets(ids, specials, mlm_probability=1.0, attention_mask=attention,
+                                generator=g)
+    assert everything.dtype == torch.bool and torch.equal(everything, maskable)
+    selected = select_targets(ids, specials, attention_mask=attention, generator=g)
+    assert not (selected & ~maskable).any()  # never a special token, never padding
+    assert abs(selected.sum().item() / maskable.sum().item() - 0.15) < 0.004
+    exact = select_targets(ids, specials, selection="exact", attention_mask=attention,
+                           row_seeds=example_seed(0, 0, torch.arange(len(ids))))
+    n = maskable.sum(dim=1).tolist()
+    assert not (exact & ~maskable).any()
+    assert exact.sum(dim=1).tolist() == [max(1, round(k * 0.15)) if k else 0 for k in n]
+    one = select_targets(ids[0], specials, attention_mask=attention[0], generator=g)
+    assert one.shape == ids[0].shape and not (one & ~maskable[0]).any()
+
+
+@pytest.mark.parametrize("path", ["generator", "row_seeds"])
+def test_perturb_targets_shares_are_80_10_10_and_touch_only_the_targets(path):
+    ids, attention = random_batch(SPECIALS, 400, 500, seed=21, min_len=450)
+    selected = attention.bool() & (ids > 4)  # every maskable token, 179,000 or so targets
+    selected[:, ::7] = False  # ...but not all: the rest must stay as they are
+    masked, decisions = perturb_targets(ids, selected, SPECIALS, return_decisions=True,
+                                        **randomness(path, len(ids)))
+    assert torch.equal(decisions != Decision.NOT_TARGET, selected)
+    assert torch.equal(masked[~selected], ids[~selected])
+    counts = torch.bincount(decisions[selected].long(), minlength=4)[1:].double()
+    shares = (counts / counts.sum()).tolist()
+    assert abs(shares[0] - 0.8) < 0.005 and abs(shares[1] - 0.1) < 0.0035
+    assert abs(shares[2] - 0.1) < 0.0035
+    assert (masked[decisions == Decision.MASK] == SPECIALS.mask).all()
+    assert torch.equal(masked[decisions == Decision.KEEP], ids[decisions == Decision.KEEP])
+    assert (masked[decisions == Decision.RANDOM] > 4).all()  # a random token is never special
+    alone = perturb_targets(ids, selected, SPECIALS, **randomness(path, len(ids)))
+    assert torch.equal(alone, masked)  # return_decisions changes nothing else
+
+
+def test_label_targets_is_ignore_index_exactly_off_the_selection():
+    ids, _ = random_batch(SPECIALS, 50, 40, seed=22)
+    selected = torch.rand(ids.shape, generator=torch.Generator().manual_seed(22)) < 0.3
+    labels = label_targets(ids, selected)
+    assert torch.equal(labels == IGNORE_INDEX, ~selected)
+    assert torch.equal(labels[selected], ids[selected])
+    assert torch.equal(label_targets(ids[3], selected[3]), labels[3])
+    with pytest.raises(ValueError, match=r"selected must be a bool tensor shaped like input_ids"):
+        label_targets(ids, selected[0])
+    with pytest.raises(ValueError, match=r"selected must be a bool tensor shaped like input_ids"):
+        perturb_targets(ids, selected.long(), SPECIALS)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"selection": "exact", "max_predictions": 4},
+    {"mlm_probability": 0.4, "max_predictions": 6, "mask_replace_prob": 0.5,
+     "random_replace_prob": 0.4},
+    {"mask_replace_prob": 1.0, "random_replace_prob": 0.0},
+    {"mlm_probability": 0.0},
+    {"words": True},
+    {"words": True, "selection": "exact", "per_word_decision": False},
+    {"words": True, "mlm_probability": 0.0},
+    {"one_row": True},
+])
+@pytest.mark.parametrize("path", ["generator", "row_seeds"])
+def test_the_three_steps_compose_to_mask_tokens(path, kwargs):
+    """select -> perturb -> label, with the same generator passed on, is mask_tokens bit for bit."""
+    kwargs = dict(kwargs)
+    ids, attention = random_batch(SPECIALS, 30, 60, seed=23)
+    words = None
+    if kwargs.pop("words", False):
+        ids, words = word_batch(30, seed=23)
+        attention = (ids != SPECIALS.pad).long()
+    if kwargs.pop("one_row", False):
+        ids, attention = ids[4], attention[4]
+    select_options = {k: kwargs[k] for k in ("mlm_probability", "selection", "max_predictions")
+                      if k in kwargs}
+    perturb_options = {k: v for k, v in kwargs.items() if k not in select_options}
+    rows = 1 if ids.dim() == 1 else len(ids)
+    rand, rand_again = randomness(path, rows, seed=5), randomness(path, rows, seed=5)
+    expected = mask_tokens(ids, SPECIALS, word_ids=words, attention_mask=attention,
+                           return_decisions=True, **kwargs, **rand)
+    selected = select_targets(ids, SPECIALS, word_ids=words, attention_mask=attention,
+                              **select_options, **rand_again)
+    # As mask_tokens does: at rate 0 there is nothing to perturb, so no per-word decisions to draw.
+    per_word = words if select_options.get("mlm_probability", 0.15) > 0 else None
+    masked, decisions = perturb_targets(ids, selected, SPECIALS, word_ids=per_word,
+                                        return_decisions=True, **perturb_options, **rand_again)
+    got = (masked, label_targets(ids, selected), decisions)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
+    if path == "generator":  # and the generator ends in the same state: the next batch agrees too
+        assert torch.equal(rand["generator"].get_state(), rand_again["generator"].get_state())
 
 
 # --- bad input -------------------------------------------------------------------------------------
