@@ -47,8 +47,8 @@ from torch import nn
 import bertlab as bl
 from bertlab.course.cloze import cloze_score
 from bertlab.data import EpochLoader, EpochShuffleSampler, pretraining_loader
+from bertlab.masking import IGNORE_INDEX
 from bertlab.model import (
-    IGNORE_INDEX,
     BertConfig,
     BertForPreTraining,
     PreTrainingOutput,

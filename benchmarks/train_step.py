@@ -33,7 +33,8 @@ import time
 import torch
 
 from bertlab.hf import to_hf_state_dict
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertConfig, BertForPreTraining
 
 SIDES = ("bertlab", "transformers")
 

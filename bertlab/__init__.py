@@ -13,8 +13,8 @@ from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, compare_downstream, finetune_classifier, format_table
 from bertlab.hf import load_hf, save_hf
 from bertlab.loading import load_model
-from bertlab.masking import mask_tokens
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining, BertModel
+from bertlab.masking import IGNORE_INDEX, mask_tokens
+from bertlab.model import BertConfig, BertForPreTraining, BertModel
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
 from bertlab.pretraining import evaluate, fill_mask, pretrain
 from bertlab.tokenizer import special_ids, train_tokenizer

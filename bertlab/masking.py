@@ -25,8 +25,9 @@ import torch
 from tokenizers import Encoding, Tokenizer
 
 from bertlab.draws import Draws
-from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
+
+IGNORE_INDEX = -100  # the label of a position that is not predicted (cross-entropy's default)
 
 SELECTIONS = ("bernoulli", "exact")
 # Kinds of random draw: each gets its own counter stream (see bertlab.draws), so they are independent.
@@ -284,6 +285,17 @@ def select_targets(
                                              row_seeds)
     mlm_probability = check_mask_options(mlm_probability, selection=selection,
                                          max_predictions=max_predictions)[0]
+    return _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
+                   mlm_probability=mlm_probability, selection=selection,
+                   max_predictions=max_predictions, word_ids=word_ids,
+                   attention_mask=attention_mask)
+
+
+def _select(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws,
+            shape: tuple[int, ...], *, mlm_probability: float, selection: str,
+            max_predictions: int | None, word_ids: Any, attention_mask: torch.Tensor | None,
+            ) -> torch.Tensor:
+    # Step 1 on checked arguments (`_prepare`); `shape` is the caller's, for the messages.
     (batch, length), device = ids.shape, ids.device
     if ids.numel():
         low, high = torch.aminmax(ids)
@@ -296,8 +308,7 @@ def select_targets(
         attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
         if tuple(attention.shape) != (batch, length):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but "
-                             f"input_ids has shape {tuple(input_ids.shape)}; pass the mask of the "
-                             f"same batch")
+                             f"input_ids has shape {shape}; pass the mask of the same batch")
         maskable.logical_and_(attention)
     if mlm_probability == 0.0:
         selected = torch.zeros_like(maskable)
@@ -344,6 +355,16 @@ def perturb_targets(
     _, mask_replace_prob, random_replace_prob = check_mask_options(
         mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob,
         per_word_decision=per_word_decision)
+    return _perturb(ids, squeeze, specials, draws, selected, mask_replace_prob=mask_replace_prob,
+                    random_replace_prob=random_replace_prob, word_ids=word_ids,
+                    per_word_decision=per_word_decision, return_decisions=return_decisions)
+
+
+def _perturb(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws,
+             selected: torch.Tensor, *, mask_replace_prob: float, random_replace_prob: float,
+             word_ids: Any, per_word_decision: bool, return_decisions: bool,
+             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    # Step 2 on checked arguments (`_prepare`).
     ids = ids.contiguous()  # flat positions below index the row-major layout
     batch, length = ids.shape
     n_allowed = specials.vocab_size - len(set(specials.all))  # ids a random replacement may be
@@ -409,20 +430,23 @@ def mask_tokens(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
+    # One set of draws for both steps: what select_targets then perturb_targets would draw.
+    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
+                                             row_seeds)
     # Check every option before step 1 draws anything: a bad one leaves the generator untouched.
-    specials = _prepare(input_ids, tokenizer_or_special_ids, None, None)[2]
-    mlm_probability = check_mask_options(mlm_probability, mask_replace_prob, random_replace_prob,
-                                         selection, max_predictions, per_word_decision)[0]
-    selected = select_targets(
-        input_ids, specials, mlm_probability=mlm_probability, selection=selection,
-        max_predictions=max_predictions, word_ids=word_ids, attention_mask=attention_mask,
-        generator=generator, row_seeds=row_seeds)
+    mlm_probability, mask_replace_prob, random_replace_prob = check_mask_options(
+        mlm_probability, mask_replace_prob, random_replace_prob, selection, max_predictions,
+        per_word_decision)
+    selected = _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
+                       mlm_probability=mlm_probability, selection=selection,
+                       max_predictions=max_predictions, word_ids=word_ids,
+                       attention_mask=attention_mask)
     # Nothing is selected at rate 0, and step 1 then never reads (nor checks) the word ids.
-    perturbed = perturb_targets(
-        input_ids, selected, specials, mask_replace_prob=mask_replace_prob,
-        random_replace_prob=random_replace_prob, word_ids=word_ids if mlm_probability else None,
-        per_word_decision=per_word_decision, generator=generator, row_seeds=row_seeds,
-        return_decisions=return_decisions)
+    perturbed = _perturb(ids, squeeze, specials, draws, selected,
+                         mask_replace_prob=mask_replace_prob,
+                         random_replace_prob=random_replace_prob,
+                         word_ids=word_ids if mlm_probability else None,
+                         per_word_decision=per_word_decision, return_decisions=return_decisions)
     masked, *decisions = perturbed if return_decisions else (perturbed,)
     return (masked, label_targets(input_ids, selected), *decisions)
 

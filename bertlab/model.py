@@ -20,7 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-IGNORE_INDEX = -100  # the label of a position that is not predicted (cross-entropy's default)
+# The label of a position that is not predicted: cross-entropy's default ignore_index. The
+# masking names it (bertlab.masking.NOT_PREDICTED); the model, torch only, keeps torch's value.
+NOT_PREDICTED = -100
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -374,9 +376,9 @@ def loss_counts(labels: torch.Tensor | None,
     -100) with `labels`, "sequences" (NSP labels) with `next_sentence_label`."""
     counts = {}
     if labels is not None:
-        counts["targets"] = (labels != IGNORE_INDEX).sum()
+        counts["targets"] = (labels != NOT_PREDICTED).sum()
     if next_sentence_label is not None:
-        counts["sequences"] = (next_sentence_label != IGNORE_INDEX).sum()
+        counts["sequences"] = (next_sentence_label != NOT_PREDICTED).sum()
     return counts
 
 
@@ -393,11 +395,11 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     """
     sums = loss_counts(labels, next_sentence_label)
     if labels is not None:
-        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX,
+        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=NOT_PREDICTED,
                                       reduction="sum")
     if next_sentence_label is not None:
         sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label,
-                                      ignore_index=IGNORE_INDEX, reduction="sum")
+                                      ignore_index=NOT_PREDICTED, reduction="sum")
     return sums
 
 
@@ -440,7 +442,7 @@ class BertForPreTraining(nn.Module):
         sparse = labels is not None and not full_mlm_logits
         where = positions = None
         if sparse:
-            where = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)  # (B*T,) -> (N,)
+            where = (labels.flatten() != NOT_PREDICTED).nonzero().squeeze(1)  # (B*T,) -> (N,)
             # Only the targets' final vectors reach the MLM loss, so the last block can skip the
             # other tokens (unless every layer's full states were asked for).
             positions = None if output_hidden_states else where

@@ -22,7 +22,8 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab.device import autocast_context, to_device
-from bertlab.model import IGNORE_INDEX, BertForPreTraining, loss_counts
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
 from bertlab.tokenizer import special_ids
 from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop

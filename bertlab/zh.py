@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab.document import Document
-from bertlab.model import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX
 from bertlab.nsp import NspExample, TokenizedCorpus
 from bertlab.tokenizer import chinese_word_ids
 

@@ -9,7 +9,8 @@ import bertlab as bl
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.data import pretraining_loader
 from bertlab.hf import from_hf_state_dict
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import evaluate
 
 pytest.importorskip("transformers")

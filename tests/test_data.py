@@ -20,7 +20,7 @@ from bertlab.data import (
 )
 from bertlab.document import split_documents
 from bertlab.draws import example_seed
-from bertlab.model import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
 from bertlab.tokenizer import special_ids
 

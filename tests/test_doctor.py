@@ -10,8 +10,8 @@ from collections import namedtuple
 
 import pytest
 
-from bertlab.course import doctor
 from bertlab.cli import main
+from bertlab.course import doctor
 from bertlab.course.doctor import (
     Check,
     check_disk,

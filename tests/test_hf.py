@@ -10,7 +10,8 @@ import torch
 
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.hf import from_hf_state_dict, load_hf, load_hf_tokenizer, save_hf, to_hf_state_dict
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -20,6 +20,7 @@ from bertlab.course.viz import plot_mask_strip, plot_masking_rates
 from bertlab.course.widgets import mask_strip_html, masking_explorer
 from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
+    IGNORE_INDEX,
     Decision,
     check_mask_options,
     label_targets,
@@ -30,7 +31,6 @@ from bertlab.masking import (
     word_ids_from_encoding,
     wordpiece_word_ids,
 )
-from bertlab.model import IGNORE_INDEX
 from bertlab.tokenizer import SpecialIds, encode_sentences
 
 SPECIALS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4, vocab_size=1000)
@@ -720,3 +720,9 @@ def test_numpy_and_tensor_hashes_agree():
     for n in (None, 8187, 2**31 - 1):
         for a, b in zip(fast.at(1, flat, 50, n), plain.at(1, flat, 50, n), strict=True):
             assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_the_label_the_masking_leaves_is_the_one_the_model_ignores():
+    from bertlab.model import NOT_PREDICTED
+
+    assert IGNORE_INDEX == NOT_PREDICTED == torch.nn.CrossEntropyLoss().ignore_index

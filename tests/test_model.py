@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from bertlab.classifier import BertForSequenceClassification
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining, BertModel
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertConfig, BertForPreTraining, BertModel
 from bertlab.sizes import count_parameters, flops_per_token, parameter_table
 
 V = 97

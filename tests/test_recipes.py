@@ -12,7 +12,8 @@ from torch import nn
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.hf import save_hf
-from bertlab.model import IGNORE_INDEX, BertConfig, BertForPreTraining
+from bertlab.masking import IGNORE_INDEX
+from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.optim import MuonAdamW
 from bertlab.pretraining import evaluate, pretrain, unigram_bar

@@ -10,7 +10,7 @@ import torch
 from bertlab.corpus import load_corpus
 from bertlab.data import NspDataset, PretrainingCollator, pretraining_loader
 from bertlab.document import Document
-from bertlab.model import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
 from bertlab.zh import (
