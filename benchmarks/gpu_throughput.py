@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from bertlab.device import autocast_context, fast_math
+from bertlab.hf import hf_config_fields
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import pretraining_counts, pretraining_loss
 from bertlab.sizes import flops_per_token
@@ -51,12 +52,7 @@ def make_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.dev
 def hf_model(config: BertConfig):
     import transformers
 
-    hf_config = transformers.BertConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-        intermediate_size=config.intermediate_size,
-        max_position_embeddings=config.max_position_embeddings, hidden_act="gelu",
-        layer_norm_eps=config.layer_norm_eps)
+    hf_config = transformers.BertConfig(**hf_config_fields(config))
     hf_config._attn_implementation = "sdpa"
     return transformers.BertForPreTraining(hf_config)
 

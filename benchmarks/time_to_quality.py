@@ -47,6 +47,7 @@ from torch import nn
 import bertlab as bl
 from bertlab.course.cloze import cloze_score
 from bertlab.data import EpochLoader, EpochShuffleSampler, pretraining_loader
+from bertlab.hf import hf_config_fields
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import (
     BertConfig,
@@ -75,15 +76,7 @@ class HfBert(nn.Module):
 
     def __init__(self, config: BertConfig, seed: int):
         super().__init__()
-        hf_config = transformers.BertConfig(
-            vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
-            intermediate_size=config.intermediate_size,
-            max_position_embeddings=config.max_position_embeddings,
-            type_vocab_size=config.type_vocab_size, hidden_dropout_prob=config.hidden_dropout,
-            attention_probs_dropout_prob=config.attention_dropout,
-            layer_norm_eps=config.layer_norm_eps, initializer_range=config.initializer_range,
-            hidden_act="gelu", pad_token_id=config.pad_token_id)
+        hf_config = transformers.BertConfig(**hf_config_fields(config))
         hf_config._attn_implementation = "sdpa"  # fused attention, as bertlab uses
         with torch.random.fork_rng(devices=[]):  # transformers initialises from the global RNG
             torch.manual_seed(seed)

@@ -32,7 +32,7 @@ import time
 
 import torch
 
-from bertlab.hf import to_hf_state_dict
+from bertlab.hf import hf_config_fields, to_hf_state_dict
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertConfig, BertForPreTraining
 
@@ -46,12 +46,7 @@ def make_model(side: str, preset: str, vocab_size: int, seed: int = 0) -> torch.
         return BertForPreTraining(cfg, generator=torch.Generator().manual_seed(seed))
     import transformers
 
-    return transformers.BertForPreTraining(transformers.BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-        hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout,
-        max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-    ))
+    return transformers.BertForPreTraining(transformers.BertConfig(**hf_config_fields(cfg)))
 
 
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, mlm_fraction: float, seed: int = 0):

@@ -14,6 +14,7 @@ import pickle
 import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
@@ -204,13 +205,22 @@ def from_hf_state_dict(
 # Config
 
 
+def hf_config_fields(config: BertConfig) -> dict[str, Any]:
+    """Return a bertlab config's settings under their Hugging Face names.
+
+    The one place the two configs meet: `transformers.BertConfig(**hf_config_fields(config))`
+    builds the same encoder (erf GELU, LayerNorm eps, dropout, init), and `hf_config_dict`
+    writes these into config.json.
+    """
+    return {**{hf: getattr(config, ours) for ours, hf in _CONFIG_FIELDS}, "hidden_act": "gelu"}
+
+
 def hf_config_dict(model: BertForPreTraining | BertForSequenceClassification,
                    label_names: list[str] | None = None) -> dict:
     """Return the Hugging Face config.json contents for the model."""
-    cfg = model.config
-    out = {hf: getattr(cfg, ours) for ours, hf in _CONFIG_FIELDS}
+    out = hf_config_fields(model.config)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    out.update(model_type="bert", hidden_act="gelu", position_embedding_type="absolute",
+    out.update(model_type="bert", position_embedding_type="absolute",
                tie_word_embeddings=True, is_decoder=False, dtype=dtype)
     if isinstance(model, BertForSequenceClassification):
         names = label_names or [f"LABEL_{i}" for i in range(model.num_labels)]

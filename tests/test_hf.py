@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from bertlab.classifier import BertForSequenceClassification
-from bertlab.hf import from_hf_state_dict, load_hf, load_hf_tokenizer, save_hf, to_hf_state_dict
+from bertlab.hf import (
+    from_hf_state_dict,
+    hf_config_fields,
+    load_hf,
+    load_hf_tokenizer,
+    save_hf,
+    to_hf_state_dict,
+)
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import train_tokenizer
@@ -26,12 +33,7 @@ TEXTS = [
 
 
 def hf_config(cfg: BertConfig, **extra):
-    return transformers.BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-        **extra,
-    )
+    return transformers.BertConfig(**{**hf_config_fields(cfg), **extra})
 
 
 def hf_twin(cfg: BertConfig, cls_name="BertForPreTraining", seed=0, **extra):
@@ -345,3 +347,13 @@ save_hf(m, None, {str(tmp_path / "x")!r})
 assert torch.equal(load_hf({str(tmp_path / "x")!r}).nsp.weight, m.nsp.weight)
 """
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_two_configs_meet_in_one_mapping():
+    from bertlab.hf import config_from_hf
+
+    cfg = BertConfig(vocab_size=77, hidden_size=48, num_layers=3, num_heads=4, intermediate_size=96,
+                     hidden_dropout=0.05, attention_dropout=0.2, layer_norm_eps=1e-7)
+    theirs = transformers.BertConfig(**hf_config_fields(cfg))
+    assert config_from_hf(theirs.to_dict()) == cfg  # and back, field for field
+    assert theirs.hidden_act == "gelu"  # erf GELU, BERT's
