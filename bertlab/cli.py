@@ -1,8 +1,9 @@
 """`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo, doctor.
 
 Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
-`TrainConfig` field and per model-size setting, generated from the dataclasses. Errors reach
-`main` as exceptions and leave as one `error:` line and an exit code.
+`TrainConfig` field and per model-size setting, generated from the dataclasses (the argparse
+settings of each come from the field's annotation, through `_FLAG_KINDS`). Errors reach `main` as
+exceptions and leave as one `error:` line and an exit code.
 
 Taught in notebooks/05_pretraining.ipynb
 """
@@ -13,7 +14,8 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+import typing
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,11 @@ from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import check_mask_options
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, recipe
+from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.resume import check_run_folder, hold_run_folder
 from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
-from bertlab.train import TrainConfig
+from bertlab.train import TrainConfig, TrainResult
 from bertlab.util import (
     atomic_write_json,
     check_output_folder,
@@ -62,30 +64,49 @@ def _optional(kind: type):
     return parse
 
 
+# The argparse settings of a generated flag, by its field's annotation (as typing.get_type_hints
+# resolves it: `int | None` and `Optional[int]` are one key). "none" reads as None for the
+# optional numbers; a bool gets --x / --no-x. A field whose type is missing here stops
+# build_parser with a TypeError naming it: add its type here.
+_FLAG_KINDS: dict[Any, dict[str, Any]] = {
+    bool: {"action": argparse.BooleanOptionalAction},
+    bool | None: {"action": argparse.BooleanOptionalAction},  # absent: the default, None
+    int: {"type": int, "metavar": "INT"},
+    int | None: {"type": _optional(int), "metavar": "INT"},
+    float: {"type": float, "metavar": "FLOAT"},
+    float | None: {"type": _optional(float), "metavar": "FLOAT"},
+    str: {"type": str, "metavar": "STR"},
+    str | None: {"type": _optional(str), "metavar": "STR"},
+    tuple[float, float]: {"nargs": 2, "type": float, "metavar": ("B1", "B2")},
+}
+
+
+def _flag_kind(cls: type, f: dataclasses.Field, hints: dict[str, Any]) -> dict[str, Any]:
+    """Return the argparse settings of field `f`'s flag; raise TypeError for an unmapped type."""
+    kind = _FLAG_KINDS.get(hints[f.name])
+    if kind is None:
+        shown = f.type if isinstance(f.type, str) else repr(f.type)
+        raise TypeError(f"{cls.__name__}.{f.name} has type {shown}, which has no command-line "
+                        f"flag kind; add it to _FLAG_KINDS in bertlab/cli.py (annotation -> "
+                        f"argparse settings), or leave the field out of the flags")
+    return kind
+
+
 def _add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, names: Sequence[str] | None,
                          defaults: dict[str, Any], aliases: dict[str, str] | None = None) -> None:
-    # One flag per field; absent flags stay absent (SUPPRESS), so only what the user typed
-    # overrides the dataclass defaults.
-    for f in dataclasses.fields(cls):
-        if names is not None and f.name not in names:
-            continue
+    # One flag per field (or per field in `names`); absent flags stay absent (SUPPRESS), so only
+    # what the user typed overrides the dataclass defaults. Every type is looked up first: a
+    # field without a flag kind raises TypeError before any flag is added.
+    hints = typing.get_type_hints(cls)
+    chosen = [f for f in dataclasses.fields(cls) if names is None or f.name in names]
+    kinds = [_flag_kind(cls, f, hints) for f in chosen]
+    for f, kind in zip(chosen, kinds, strict=True):
         flags = ["--" + f.name.replace("_", "-")]
         if aliases and f.name in aliases:
             flags.append(aliases[f.name])
-        kind = str(f.type)
         help_text = f.metadata.get("help", f.name.replace("_", " "))
-        default = defaults.get(f.name)
-        kwargs: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": f.name,
-                                  "help": f"{help_text} (default: {default})"}
-        if kind.startswith("bool"):
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif kind.startswith("tuple"):
-            kwargs.update(nargs=2, type=float, metavar=("B1", "B2"))
-        else:
-            base = {"int": int, "float": float, "str": str}[kind.split(" ")[0]]
-            kwargs["type"] = _optional(base) if "None" in kind else base
-            kwargs["metavar"] = base.__name__.upper()
-        group.add_argument(*flags, **kwargs)
+        group.add_argument(*flags, default=argparse.SUPPRESS, dest=f.name,
+                           help=f"{help_text} (default: {defaults.get(f.name)})", **kind)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,7 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                "0 done; 2 bad input (one 'error:' line, nothing written); 1 the run failed "
                "(NaN loss, disk full); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in (_add_prepare, _add_pretrain, _add_finetune, _add_export_hf,
+                        _add_fill_mask, _add_demo, _add_doctor):
+        add_command(sub)
+    return parser
 
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="tokenize a corpus into NSP shards on disk",
                        description="Turn a corpus into memory-mapped NSP shards (train and "
                                    "validation splits) plus its tokenizer, for large corpora.")
@@ -112,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-size", type=int, default=100_000,
                    help="examples per shard file (default: 100000)")
 
+
+def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="pretrain a BERT (MLM + NSP) and save checkpoints",
                        description="Pretrain BertForPreTraining on a corpus. Checkpoints, the "
                                    "tokenizer and the metric history go to --out. With "
@@ -141,17 +170,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
+    _add_pretrain_settings(p)
+
+
+def _add_pretrain_settings(p: argparse.ArgumentParser) -> None:
+    # pretrain's generated flags: the model settings, then every TrainConfig field.
     model_group = p.add_argument_group("model overrides (on top of --preset)")
     probe = BertConfig.preset("tiny", vocab_size=8)  # the settings every preset shares
     shared = ("max_position_embeddings",)
-    _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS, {n: "from preset" for n in
-                         _MODEL_FLAGS} | {k: getattr(probe, k) for k in shared} | {
-                         k: "from --recipe" for k in ("hidden_dropout", "attention_dropout")})
+    model_defaults = ({n: "from preset" for n in _MODEL_FLAGS}
+                      | {k: getattr(probe, k) for k in shared}
+                      | {k: "from --recipe" for k in ("hidden_dropout", "attention_dropout")})
+    _add_dataclass_flags(model_group, BertConfig, _MODEL_FLAGS, model_defaults)
     train_group = p.add_argument_group("training (bertlab.TrainConfig)")
-    _add_dataclass_flags(train_group, TrainConfig, None, TrainConfig().to_dict() | {
-                         k: "from --recipe" for k in RECIPE_TRAIN_FIELDS},
+    train_defaults = TrainConfig().to_dict() | {k: "from --recipe" for k in RECIPE_TRAIN_FIELDS}
+    _add_dataclass_flags(train_group, TrainConfig, None, train_defaults,
                          aliases={"max_minutes": "--minutes"})
 
+
+def _add_finetune(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("finetune", help="fine-tune a pretrained run on a classification task",
                        description="Fine-tune the model on a labelled task and print a table: "
                                    "fine-tuned, [CLS] linear probe, TF-IDF + logistic "
@@ -174,18 +211,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--json", help="also write the results to this JSON file")
 
+
+def _add_export_hf(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-hf", help="export a run's model and tokenizer as a Hugging Face "
                                          "folder", description="Write config.json, "
                        "model.safetensors and tokenizer files that transformers can load.")
     p.add_argument("run_dir", help="a pretraining run folder (from pretrain)")
     p.add_argument("out_dir", help="folder to write the Hugging Face files into")
 
+
+def _add_fill_mask(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fill-mask", help="guess the [MASK] words of a sentence",
                        description="Print the top-k guesses for each [MASK] in TEXT.")
     p.add_argument("model_dir", help="a pretraining run folder or a Hugging Face folder")
     p.add_argument("text", help='a sentence with [MASK], e.g. "the [MASK] fell sharply"')
     p.add_argument("--top-k", type=int, default=5, help="guesses per mask (default: 5)")
 
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="the whole pipeline on BBC news in a few minutes",
                        description="Corpus -> tokenizer -> NSP data -> pretrain (tiny on CPU, "
                                    "small on a GPU) -> fill-mask before/after -> [CLS] "
@@ -201,13 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice)")
 
+
+def _add_doctor(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check this machine for the course (make check)",
                        description="Check Python, packages, corpora, tokenizer, training speed, "
                                    "Jupyter widgets, disk, memory, CPU and GPU: one line each. "
                                    "Exit 0 when nothing failed, 1 otherwise.")
     p.add_argument("--seconds", type=float, default=20.0,
                    help="how long to time training for the speed check (default: 20)")
-    return parser
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,13 +343,20 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
     return train, val
 
 
-def cmd_pretrain(args: argparse.Namespace) -> int:
-    """Pretrain on `--corpus` into `--out` (single process or under torchrun).
+@dataclasses.dataclass(frozen=True)
+class _PretrainSettings:
+    """pretrain's settings: its flags over the recipe's, checked before anything is written."""
+    recipe: Recipe
+    config: TrainConfig
+    shards: bool  # --corpus is a shard folder: prepare cut its pairs, that length rules
+    max_seq_len: int
+    mlm_probability: float
+    nsp: bool
+    model: dict[str, Any]  # BertConfig settings over --preset's (the vocabulary comes later)
 
-    Everything is checked (settings, the folder, the tokenizer, the data) before anything is
-    written; a refused command leaves `--out` as it was.
-    """
-    out, corpus = Path(args.out), Path(args.corpus)
+
+def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSettings:
+    """Return pretrain's settings from its flags and --recipe; raise ValueError on a bad one."""
     _check_threads(args.threads)
     if args.num_workers < 0:
         raise ValueError(f"--num-workers {args.num_workers}: pass 0 (load in the main process) "
@@ -316,7 +367,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         given["max_steps"] = None  # --minutes alone: the time budget decides
     chosen = recipe(args.recipe)
     config = chosen.train_config(**given)
-    shards = folder_kind(corpus) == "shards"  # their pairs were cut by prepare: that length rules
+    shards = folder_kind(corpus) == "shards"
     max_seq_len = (shard_pair_length(corpus, args.max_seq_len) if shards else
                    chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
     mlm_probability = (chosen.mlm_probability if args.mlm_probability is None
@@ -334,18 +385,21 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
                          f"--max-position-embeddings {probe.max_position_embeddings}: the model "
                          f"has no position for the tokens beyond; lower --max-seq-len or raise "
                          f"--max-position-embeddings")
-    rank, world = init_distributed()
+    return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, nsp, settings)
 
-    def say(text: str) -> None:  # under torchrun, rank 0 speaks for all
-        if rank == 0:
-            print(text, flush=True)
 
-    device = resolve_device(config.device)
+def _per_rank_batch(config: TrainConfig, world: int) -> int:
+    """Return the micro-batch of one process; raise ValueError if the batch does not split."""
     per_rank, rest = divmod(config.batch_size, config.grad_accum * world)
     if rest or per_rank == 0:
         raise ValueError(f"--batch-size {config.batch_size} cannot be split over "
                          f"--grad-accum {config.grad_accum} x {world} process(es); use a "
                          f"multiple of {config.grad_accum * world}")
+    return per_rank
+
+
+def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
+    """Raise ValueError unless --out takes a new run, or resumes one of the same --recipe."""
     check_run_folder(out, args.resume, flag="--out")
     first = out / "run.json"
     started = json.loads(first.read_text())["args"].get("recipe") if (
@@ -354,35 +408,62 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         raise ValueError(f"--resume: the run in {out} was started with --recipe {started}, not "
                          f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
                          f"to continue it exactly (nothing was written)")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    if shards and max_seq_len != chosen.max_seq_len:
-        say(f"note: the shards hold {max_seq_len}-token pairs, not the {chosen.max_seq_len} of "
-            f"--recipe {args.recipe}; prepare with --max-seq-len {chosen.max_seq_len} to match it")
-    docs = None if shards else load_corpus(args.corpus)
-    tok = _pretraining_tokenizer(args, out, corpus, shards, docs)
-    train, val = _pretraining_data(args, tok, corpus, shards, docs, per_rank, world, device.type,
-                                   max_seq_len, mlm_probability)
-    if val is None:
-        say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
-            f"evaluation")
-    model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **settings)
-    model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(config.seed))
+
+
+def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, tok: Any,
+                     model: BertForPreTraining, train: Any, val: Any, rank: int, world: int,
+                     say: Callable[[str], None], device: torch.device) -> TrainResult:
+    """Hold --out, write the run's files (a new run), say what trains; return pretrain's result."""
     with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
-            atomic_write_json(out / "run.json", {"args": vars(args), "nsp": nsp,
-                                                 "mlm_probability": mlm_probability,
-                                                 "max_seq_len": max_seq_len,
-                                                 "model": model_config.to_dict(),
-                                                 "train": config.to_dict()})
+            atomic_write_json(out / "run.json", {"args": vars(args), "nsp": s.nsp,
+                                                 "mlm_probability": s.mlm_probability,
+                                                 "max_seq_len": s.max_seq_len,
+                                                 "model": model.config.to_dict(),
+                                                 "train": s.config.to_dict()})
         n_params = sum(p.numel() for p in model.parameters())
-        say(f"recipe: {chosen.name} ({mlm_probability:.0%} masked, "
-            f"{'MLM + NSP' if nsp else 'MLM only'}, {config.optimizer}); {chosen.summary}")
+        say(f"recipe: {s.recipe.name} ({s.mlm_probability:.0%} masked, "
+            f"{'MLM + NSP' if s.nsp else 'MLM only'}, {s.config.optimizer}); {s.recipe.summary}")
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
-        result = pretrain(model, train, val, config, out_dir=out, resume=args.resume, nsp=nsp)
+        return pretrain(model, train, val, s.config, out_dir=out, resume=args.resume, nsp=s.nsp)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    """Pretrain on `--corpus` into `--out` (single process or under torchrun).
+
+    Everything is checked (settings, the folder, the tokenizer, the data) before anything is
+    written; a refused command leaves `--out` as it was.
+    """
+    out, corpus = Path(args.out), Path(args.corpus)
+    s = _pretrain_settings(args, corpus)
+    rank, world = init_distributed()
+
+    def say(text: str) -> None:  # under torchrun, rank 0 speaks for all
+        if rank == 0:
+            print(text, flush=True)
+
+    device = resolve_device(s.config.device)
+    per_rank = _per_rank_batch(s.config, world)
+    _check_pretrain_folder(args, out)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if s.shards and s.max_seq_len != s.recipe.max_seq_len:
+        say(f"note: the shards hold {s.max_seq_len}-token pairs, not the {s.recipe.max_seq_len} "
+            f"of --recipe {args.recipe}; prepare with --max-seq-len {s.recipe.max_seq_len} to "
+            f"match it")
+    docs = None if s.shards else load_corpus(args.corpus)
+    tok = _pretraining_tokenizer(args, out, corpus, s.shards, docs)
+    train, val = _pretraining_data(args, tok, corpus, s.shards, docs, per_rank, world, device.type,
+                                   s.max_seq_len, s.mlm_probability)
+    if val is None:
+        say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
+            f"evaluation")
+    model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **s.model)
+    model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(s.config.seed))
+    result = _run_pretraining(args, out, s, tok, model, train, val, rank, world, say, device)
     say(history_table(result.history))
     say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
         f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, make_dataclass
 
 import pytest
 
 from bertlab import cli
-from bertlab.cli import build_parser, main
+from bertlab.cli import _add_dataclass_flags, build_parser, main
 from bertlab.corpus import load_corpus
 from bertlab.recipes import recipe
 from bertlab.train import TrainConfig
@@ -44,6 +45,31 @@ def test_pretrain_has_a_flag_for_every_train_config_field():
     for f in fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in help_text
     assert "--minutes" in help_text
+
+
+def test_a_field_type_without_a_flag_kind_stops_the_parser_naming_the_field():
+    @dataclass
+    class Settings:
+        steps: int = 1
+        layers: list[int] = field(default_factory=list)
+
+    group = argparse.ArgumentParser().add_argument_group("settings")
+    with pytest.raises(TypeError, match=r"Settings\.layers has type list\[int\], .*add it to "
+                                        r"_FLAG_KINDS in bertlab/cli\.py"):
+        _add_dataclass_flags(group, Settings, None, {})
+    _add_dataclass_flags(group, Settings, ["steps"], {})  # a field without a flag is not looked at
+
+
+def test_flag_kinds_come_from_the_annotation_whether_written_as_text_or_as_a_type():
+    # make_dataclass keeps the types themselves; this module's annotations are text.
+    plain = make_dataclass("Plain", [("limit", int | None, 3), ("fast", bool, False),
+                                     ("betas", tuple[float, float], (0.9, 0.99))])
+    parser = argparse.ArgumentParser()
+    _add_dataclass_flags(parser.add_argument_group("plain"), plain, None, {})
+    assert vars(parser.parse_args([])) == {}  # absent flags leave the dataclass defaults
+    assert vars(parser.parse_args(["--limit", "none", "--no-fast", "--betas", "0.8", "0.9"])) == {
+        "limit": None, "fast": False, "betas": [0.8, 0.9]}
+    assert parser.parse_args(["--limit", "7"]).limit == 7
 
 
 def test_pretrain_resume_fill_mask_export_end_to_end(corpus, tmp_path, capsys):

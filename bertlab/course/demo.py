@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,8 +24,9 @@ from bertlab.device import resolve_device
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
+from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
+from bertlab.train import TrainResult
 from bertlab.util import LOCK_NAME, atomic_write_json, check_output_folder
 
 EXAMPLES = (
@@ -80,6 +82,75 @@ def check_demo_folder(out: Path) -> None:
                              f"a new folder or a previous demo's (nothing was written)")
 
 
+def _demo_data(course: Recipe) -> tuple[Any, Any, Any]:
+    """Stages 1-3: return (tokenizer, train loader, validation loader) of BBC News."""
+    print("1/7 corpus: BBC News (embedded, nothing downloads)")
+    docs = load_corpus("bbc")
+    print(f"    {len(docs)} documents")
+    print("2/7 tokenizer: WordPiece, 8192 tokens (cached after the first run)")
+    tok = train_tokenizer(docs, vocab_size=8192)
+    print(f"3/7 NSP examples + dynamic masking ({course.mlm_probability:.0%} of the training "
+          f"tokens; validation masked BERT's way, 15%)")
+    train = pretraining_loader(docs, tok, split="train", seed=0, **course.loader_options())
+    # BERT's masking (the defaults), shuffled in a fixed order: one yardstick for every recipe.
+    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
+                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
+    return tok, train, val
+
+
+def _demo_model(course: Recipe, preset: str, tok: Any, device: torch.device) -> BertForPreTraining:
+    """Stage 4: return the untrained model (seed 0), after saying its size."""
+    config = course.model_config(preset, tok.get_vocab_size())
+    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"4/7 model: {preset} ({config.num_layers} layers, hidden {config.hidden_size}, "
+          f"{n_params / 1e6:.1f} M parameters) on {device}")
+    return model
+
+
+def _demo_pretrain(course: Recipe, model: BertForPreTraining, tok: Any, train: Any, val: Any,
+                   run_dir: Path, steps: int) -> TrainResult:
+    """Stage 5: pretrain `model` for `steps` into `run_dir` (replacing a previous demo's run)."""
+    if list_checkpoints(run_dir) or (run_dir / "history.json").exists():
+        print(f"    replacing the previous demo run in {run_dir}")
+        shutil.rmtree(run_dir)
+    print(f"5/7 pretraining, {steps} steps, the course recipe: {course.summary}")
+    train_config = course.train_config(max_steps=steps, eval_interval=max(1, steps // 10),
+                                       eval_batches=20, checkpoint_interval=None)
+    result = pretrain(model, train, val, train_config, out_dir=run_dir, objectives=course.objectives)
+    save_tokenizer(tok, run_dir / "tokenizer.json")
+    return result
+
+
+def _show_pretraining(result: TrainResult, cloze: dict, before: list, after: list) -> None:
+    """Stage 6: print the history table, the cloze score and the fill-mask guesses."""
+    print("6/7 pretraining results (validation pairs; accuracy at [MASK] positions first)")
+    print(history_table(result.history))
+    print(f"cloze set ({cloze['items']} sentences of our own, one blank each): top-1 "
+          f"{cloze['top1']:.0%}, top-5 {cloze['top5']:.0%}")
+    print("\nfill-mask, top 3 guesses before -> after pretraining:")
+    for text, b, a in zip(EXAMPLES, before, after, strict=True):
+        print(f"  {text}")
+        print(f"    before: {format_guesses(b)}")
+        print(f"    after:  {format_guesses(a)}")
+
+
+def _demo_downstream(model: BertForPreTraining, tok: Any, finetune_epochs: float) -> list:
+    """Stage 7: return compare_downstream's results on BBC topics, all labels and few; print them."""
+    print(f"\n7/7 downstream: BBC topics (5 classes) from the pooled [CLS] vector, "
+          f"{finetune_epochs:g} fine-tuning epochs; all labels (1 run) and 8 or 32 labelled "
+          f"documents per class (3 runs each)")
+    downstream = compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
+        epochs=finetune_epochs, min_steps=1))
+    # Few labels: at least FinetuneConfig's min_steps updates, or 40 documents give 4 steps.
+    downstream += compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
+        epochs=finetune_epochs), k_per_class=(8, 32), seeds=(0, 1, 2))
+    print(f"    test split, {len(downstream[0].predictions)} documents")
+    print(format_table(downstream))
+    return downstream
+
+
 def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float = 3.0,
              threads: int | None = None) -> dict:
     """Return the results written to `out/results.json` after running the demo into `out`.
@@ -102,57 +173,16 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
         torch.set_num_threads(threads)
     course = recipe("course")
 
-    print("1/7 corpus: BBC News (embedded, nothing downloads)")
-    docs = load_corpus("bbc")
-    print(f"    {len(docs)} documents")
-    print("2/7 tokenizer: WordPiece, 8192 tokens (cached after the first run)")
-    tok = train_tokenizer(docs, vocab_size=8192)
-    print(f"3/7 NSP examples + dynamic masking ({course.mlm_probability:.0%} of the training "
-          f"tokens; validation masked BERT's way, 15%)")
-    train = pretraining_loader(docs, tok, split="train", seed=0, **course.loader_options())
-    # BERT's masking (the defaults), shuffled in a fixed order: one yardstick for every recipe.
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)
-    print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
-    config = course.model_config(preset, tok.get_vocab_size())
-    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"4/7 model: {preset} ({config.num_layers} layers, hidden {config.hidden_size}, "
-          f"{n_params / 1e6:.1f} M parameters) on {device}")
+    tok, train, val = _demo_data(course)
+    model = _demo_model(course, preset, tok, device)
     before = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
-
     run_dir = out / "run"
-    if list_checkpoints(run_dir) or (run_dir / "history.json").exists():
-        print(f"    replacing the previous demo run in {run_dir}")
-        shutil.rmtree(run_dir)
-    print(f"5/7 pretraining, {steps} steps, the course recipe: {course.summary}")
-    train_config = course.train_config(max_steps=steps, eval_interval=max(1, steps // 10),
-                                       eval_batches=20, checkpoint_interval=None)
-    result = pretrain(model, train, val, train_config, out_dir=run_dir, nsp=course.nsp)
-    save_tokenizer(tok, run_dir / "tokenizer.json")
+    result = _demo_pretrain(course, model, tok, train, val, run_dir, steps)
     after = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
     cloze = cloze_score(model, tok)
+    _show_pretraining(result, cloze, before, after)
+    downstream = _demo_downstream(model, tok, finetune_epochs)
 
-    print("6/7 pretraining results (validation pairs; accuracy at [MASK] positions first)")
-    print(history_table(result.history))
-    print(f"cloze set ({cloze['items']} sentences of our own, one blank each): top-1 "
-          f"{cloze['top1']:.0%}, top-5 {cloze['top5']:.0%}")
-    print("\nfill-mask, top 3 guesses before -> after pretraining:")
-    for text, b, a in zip(EXAMPLES, before, after, strict=True):
-        print(f"  {text}")
-        print(f"    before: {format_guesses(b)}")
-        print(f"    after:  {format_guesses(a)}")
-
-    print(f"\n7/7 downstream: BBC topics (5 classes) from the pooled [CLS] vector, "
-          f"{finetune_epochs:g} fine-tuning epochs; all labels (1 run) and 8 or 32 labelled "
-          f"documents per class (3 runs each)")
-    downstream = compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=finetune_epochs, min_steps=1))
-    # Few labels: at least FinetuneConfig's min_steps updates, or 40 documents give 4 steps.
-    downstream += compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=finetune_epochs), k_per_class=(8, 32), seeds=(0, 1, 2))
-    print(f"    test split, {len(downstream[0].predictions)} documents")
-    print(format_table(downstream))
     fig = plot_training_curves(result.history)
     fig.savefig(out / "curves.png", dpi=120, bbox_inches="tight")
     plt.close(fig)
