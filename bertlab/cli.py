@@ -33,6 +33,7 @@ from bertlab.hf import save_hf
 from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import check_mask_options
 from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.objectives import check_objectives, pairs_of
 from bertlab.pretraining import fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.resume import check_run_folder, hold_run_folder
@@ -141,7 +142,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrain", help="pretrain a BERT (MLM + NSP) and save checkpoints",
+    p = sub.add_parser("pretrain", help="pretrain a BERT (masked LM, + NSP or SOP) and save "
+                                        "checkpoints",
                        description="Pretrain BertForPreTraining on a corpus. Checkpoints, the "
                                    "tokenizer and the metric history go to --out. With "
                                    "--minutes alone, the time budget decides when to stop.")
@@ -155,9 +157,13 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                    help="course: leaves the unigram plateau in minutes on a CPU; bert: the "
                         "paper's recipe (15%% masking, NSP, dropout, AdamW). Flags below override "
                         "its settings (default: course)")
+    p.add_argument("--objectives", default=None,
+                   help="what the model learns, comma-separated: mlm (always) plus nsp (BERT's "
+                        "next-sentence prediction) or sop (ALBERT's sentence order), e.g. "
+                        "mlm,sop; with mlm alone the pooler and pair head stay untrained "
+                        "(default: from --recipe)")
     p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
-                   help="train next-sentence prediction beside masked LM; --no-nsp: masked LM "
-                        "only, the NSP head and pooler stay untrained (default: from --recipe)")
+                   help="short for --objectives mlm,nsp; --no-nsp: --objectives mlm")
     p.add_argument("--mlm-probability", type=float, default=None,
                    help="share of training tokens selected as targets, then 80/10/10; "
                         "validation is always masked BERT's way (default: from --recipe)")
@@ -324,11 +330,16 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
 
 def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
                       docs: list | None, per_rank_batch: int, world: int, device_type: str,
-                      max_seq_len: int, mlm_probability: float) -> tuple[Any, Any]:
-    """Return (train_loader, val_loader, or None when the corpus has no validation split)."""
+                      max_seq_len: int, mlm_probability: float,
+                      objectives: tuple[str, ...]) -> tuple[Any, Any]:
+    """Return (train_loader, val_loader, or None when the corpus has no validation split).
+
+    Both read the pairs the objectives train on, so the history's pair accuracy is measured on
+    the task the head learns."""
     on_gpu = device_type == "cuda"
     common = dict(batch_size=per_rank_batch, seed=args.data_seed, num_workers=args.num_workers,
-                  pad_to_multiple_of=8 if on_gpu else None, pin_memory=on_gpu)
+                  pad_to_multiple_of=8 if on_gpu else None, pin_memory=on_gpu,
+                  pairs=pairs_of(objectives))
     source = corpus if shards else docs
     train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
                                mlm_probability=mlm_probability,
@@ -351,7 +362,7 @@ class _PretrainSettings:
     shards: bool  # --corpus is a shard folder: prepare cut its pairs, that length rules
     max_seq_len: int
     mlm_probability: float
-    nsp: bool
+    objectives: tuple[str, ...]
     model: dict[str, Any]  # BertConfig settings over --preset's (the vocabulary comes later)
 
 
@@ -372,7 +383,7 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                    chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
     mlm_probability = (chosen.mlm_probability if args.mlm_probability is None
                        else args.mlm_probability)
-    nsp = chosen.nsp if args.nsp is None else args.nsp
+    objectives = _objectives(args, chosen)
     check_mask_options(mlm_probability=mlm_probability)
     overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
     settings = {"max_position_embeddings": max(512, max_seq_len),
@@ -385,7 +396,29 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                          f"--max-position-embeddings {probe.max_position_embeddings}: the model "
                          f"has no position for the tokens beyond; lower --max-seq-len or raise "
                          f"--max-position-embeddings")
-    return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, nsp, settings)
+    if shards and pairs_of(objectives) != "nsp":
+        raise ValueError(f"--objectives {','.join(objectives)}: the shards in {corpus} hold NSP "
+                         f"pairs (prepare builds those); sentence-order pairs are built from the "
+                         f"text: pass the corpus itself as --corpus")
+    return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, objectives,
+                             settings)
+
+
+def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
+    """Return the run's objectives: --objectives, else --nsp/--no-nsp, else the recipe's."""
+    if args.objectives is not None and args.nsp is not None:
+        raise ValueError(f"--objectives {args.objectives} and --{'' if args.nsp else 'no-'}nsp "
+                         f"both say what to train; pass --objectives alone")
+    if args.objectives is not None:
+        return check_objectives(args.objectives, "--objectives")
+    if args.nsp is not None:
+        return ("mlm", "nsp") if args.nsp else ("mlm",)
+    return chosen.objectives
+
+
+def _trains(objectives: tuple[str, ...]) -> str:
+    """Return what a run learns, in words: "MLM only", "MLM + NSP", "MLM + SOP"."""
+    return " + ".join(n.upper() for n in objectives) if len(objectives) > 1 else "MLM only"
 
 
 def _per_rank_batch(config: TrainConfig, world: int) -> int:
@@ -417,18 +450,20 @@ def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, 
     with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
-            atomic_write_json(out / "run.json", {"args": vars(args), "nsp": s.nsp,
+            atomic_write_json(out / "run.json", {"args": vars(args),
+                                                 "objectives": list(s.objectives),
                                                  "mlm_probability": s.mlm_probability,
                                                  "max_seq_len": s.max_seq_len,
                                                  "model": model.config.to_dict(),
                                                  "train": s.config.to_dict()})
         n_params = sum(p.numel() for p in model.parameters())
         say(f"recipe: {s.recipe.name} ({s.mlm_probability:.0%} masked, "
-            f"{'MLM + NSP' if s.nsp else 'MLM only'}, {s.config.optimizer}); {s.recipe.summary}")
+            f"{_trains(s.objectives)}, {s.config.optimizer}); {s.recipe.summary}")
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
-        return pretrain(model, train, val, s.config, out_dir=out, resume=args.resume, nsp=s.nsp)
+        return pretrain(model, train, val, s.config, out_dir=out, resume=args.resume,
+                        objectives=s.objectives)
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
@@ -457,7 +492,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     docs = None if s.shards else load_corpus(args.corpus)
     tok = _pretraining_tokenizer(args, out, corpus, s.shards, docs)
     train, val = _pretraining_data(args, tok, corpus, s.shards, docs, per_rank, world, device.type,
-                                   s.max_seq_len, s.mlm_probability)
+                                   s.max_seq_len, s.mlm_probability, s.objectives)
     if val is None:
         say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
             f"evaluation")

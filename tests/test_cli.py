@@ -206,11 +206,11 @@ def test_recipe_flag_sets_the_run_and_explicit_flags_win(corpus, tmp_path, capsy
         assert f"recipe: {name}" in capsys.readouterr().out
         saved = json.loads((run / "run.json").read_text())
         if name == "bert":
-            assert (saved["mlm_probability"], saved["nsp"]) == (0.15, True)
+            assert (saved["mlm_probability"], saved["objectives"]) == (0.15, ["mlm", "nsp"])
             assert saved["train"]["optimizer"] == bert.optimizer
             assert saved["model"]["hidden_dropout"] == bert.dropout
         else:
-            assert (saved["mlm_probability"], saved["nsp"]) == (0.2, True)
+            assert (saved["mlm_probability"], saved["objectives"]) == (0.2, ["mlm", "nsp"])
             assert saved["train"]["optimizer"] == course.optimizer
             assert saved["train"]["lr"] == 3e-4 and saved["max_seq_len"] == 64  # SMALL's
             assert saved["train"]["muon_lr"] == course.muon_lr
@@ -230,3 +230,37 @@ def test_resume_with_another_recipe_is_refused_naming_the_first(corpus, tmp_path
     assert "started with --recipe bert, not --recipe course" in err and "pass --recipe bert" in err
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
                  *SMALL, "--resume", "--recipe", "bert"]) == 0
+
+
+def test_sop_from_the_command_line_resumes_exactly_and_keeps_its_objectives(corpus, tmp_path,
+                                                                           capsys):
+    # A constant learning rate, so 3 + 3 steps follow the same schedule as 6 in one go.
+    sop = [*SMALL, "--objectives", "mlm,sop", "--schedule", "constant", "--warmup-fraction", "0"]
+    straight, cut = tmp_path / "straight", tmp_path / "cut"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(straight), "--max-steps", "6",
+                 *sop]) == 0
+    assert "MLM + SOP" in capsys.readouterr().out
+    assert json.loads((straight / "run.json").read_text())["objectives"] == ["mlm", "sop"]
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(cut), "--max-steps", "3",
+                 *sop]) == 0
+    capsys.readouterr()
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(cut), "--max-steps", "6",
+                 "--resume", *SMALL, "--schedule", "constant", "--warmup-fraction", "0"]) == 2
+    assert "objective mlm,sop, this resume has mlm; " in capsys.readouterr().err
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(cut), "--max-steps", "6",
+                 "--resume", *sop]) == 0
+    rows = [json.loads((run / "history.json").read_text())[-1] for run in (straight, cut)]
+    assert rows[0]["step"] == rows[1]["step"] == 6
+    for key in ("train_loss", "val_mlm_loss", "val_nsp_accuracy", "val_nsp_loss"):
+        assert rows[0][key] == rows[1][key], key  # bit for bit
+
+
+def test_objectives_flags_are_checked_before_anything_is_written(corpus, tmp_path, capsys):
+    for extra, message in ((["--objectives", "mlm,nsp,sop"], "nsp and sop both train"),
+                           (["--objectives", "sop"], "leaves out mlm"),
+                           (["--objectives", "mlm,sop", "--no-nsp"], "pass --objectives alone")):
+        out = tmp_path / "run"
+        assert main(["pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "2",
+                     *SMALL, *extra]) == 2
+        assert message in capsys.readouterr().err
+        assert not out.exists()

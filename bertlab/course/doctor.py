@@ -47,7 +47,7 @@ try:  # part of JupyterLab: where it is missing the doctor must still run and sa
 except ImportError:
     jupyter_config_path = jupyter_path = None
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout, when bertlab runs from one
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, when bertlab runs from one
 # The counts the notebooks assert (00, 01 and 08); another count means another package version.
 BBC_ARTICLES, ZH_NEWS_ARTICLES, ZH_REVIEWS = 2225, 3214, 17363
 # Notebook 05's live run (2,500 steps of the course recipe, tiny preset) must fit the 5 minutes
