@@ -84,8 +84,17 @@ class Recipe:
         return TrainConfig(**{**settings, **overrides})
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the settings as a JSON-ready dict."""
+        """Return the settings as a JSON-ready dict; `Recipe.from_dict` reverses it."""
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, settings: dict[str, Any]) -> Recipe:
+        """Return the recipe a `to_dict` record holds (records written before objectives were a
+        list say `"nsp": true/false`)."""
+        settings = dict(settings)
+        if "nsp" in settings:
+            settings["objectives"] = ("mlm", "nsp") if settings.pop("nsp") else ("mlm",)
+        return cls(**{**settings, "objectives": tuple(settings["objectives"])})
 
 
 RECIPES: dict[str, Recipe] = {

@@ -162,6 +162,7 @@ def test_bad_settings_are_clear_errors():
 # Running, the record schema and the cache
 
 
+@pytest.mark.slow
 def test_run_cell_writes_a_record_and_reuses_it(tmp_path, data, monkeypatch):
     cell = Cell("80/10/10", {}, 0, TOY, group="masking-procedure")
     record = run_cell(cell, tmp_path, data=data)
@@ -250,6 +251,7 @@ def test_run_grid_runs_a_shared_config_once(tmp_path, monkeypatch):
     assert len(runs) == 8  # everything finished: nothing runs again
 
 
+@pytest.mark.slow
 def test_parallel_grid_matches_the_serial_one(tmp_path, data):
     # Two worker processes: the same records, in cell order, as one process running them in turn;
     # the shared baseline still runs once, and a second call reads everything back.
@@ -343,6 +345,7 @@ def test_curve_plot_draws_one_line_per_variant_and_rejects_records_without_curve
         plot_ablation_curves(records, ["masking-rate"])
 
 
+@pytest.mark.slow
 def test_ablations_script_writes_the_results_file_and_resumes_from_the_cache(
         tmp_path, monkeypatch, capsys, load_benchmark):
     from dataclasses import replace

@@ -425,6 +425,7 @@ def straight_run(world, tmp_path_factory) -> dict[str, torch.Tensor]:
     return _weights(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_saves_a_checkpoint_and_the_resume_is_exact(world, straight_run, tmp_path,
                                                             signum, code):
@@ -446,6 +447,7 @@ def test_a_signal_saves_a_checkpoint_and_the_resume_is_exact(world, straight_run
     _assert_same_weights(_weights(out), straight_run)
 
 
+@pytest.mark.slow
 def test_kill_9_five_times_leaves_loadable_checkpoints_and_an_exact_run(world, straight_run,
                                                                         tmp_path):
     out = tmp_path / "run"
@@ -499,6 +501,7 @@ def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_p
     assert not any(p.name.startswith(".") for p in (out / "checkpoints").iterdir())
 
 
+@pytest.mark.slow
 def test_two_runs_on_one_folder_do_not_destroy_each_other(world, tmp_path):
     out = tmp_path / "run"
     first = _pretrain(world, out, "--max-steps", "100000", "--checkpoint-interval", "none")
@@ -527,6 +530,7 @@ def _private_tmpfs_works() -> str | None:
     return None if probe.returncode == 0 else f"cannot mount a private tmpfs: {probe.stderr}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_private_tmpfs_works() is not None, reason=str(_private_tmpfs_works()))
 def test_a_full_disk_during_a_checkpoint_keeps_the_last_one_and_says_so(world, tmp_path):
     # A small tmpfs in a private mount namespace (only this test's processes see it): a first

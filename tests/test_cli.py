@@ -177,6 +177,7 @@ def test_fill_mask_and_export_need_a_model_folder(tmp_path, capsys):
     assert "has no checkpoint" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsys):
     # The main job at a toy budget: every stage runs, the table and the files are written.
     assert main(["demo", "--out", str(tmp_path / "demo"), "--steps", "4",

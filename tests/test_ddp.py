@@ -80,6 +80,7 @@ def _worker(rank: int, world: int, port: int, out: str, tok, examples) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_match_one_process(tmp_path):
     tok, examples = _data()
     single = _run(0, 1, str(tmp_path), tok, examples)
@@ -95,6 +96,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert sorted(rng) == ["rank0.torch_cpu", "rank1.torch_cpu"]
 
 
+@pytest.mark.slow
 def test_torchrun_cli_runs_two_processes(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -33,6 +33,7 @@ def _report(checks) -> tuple[int, list[str]]:
     return code, out.getvalue().splitlines()
 
 
+@pytest.mark.slow
 def test_the_whole_doctor_passes_here_with_one_line_per_check(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cache"
     monkeypatch.setenv("BERTLAB_CACHE", str(cache))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import types
 
 import pytest
@@ -17,7 +18,7 @@ from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.optim import MuonAdamW
 from bertlab.pretraining import evaluate, pretrain, unigram_bar
-from bertlab.recipes import RECIPES, recipe
+from bertlab.recipes import RECIPES, Recipe, recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig, build_optimizer, lr_at
 from tests.test_train import InterruptAt
@@ -215,3 +216,11 @@ def test_mlm_only_leaves_pooler_and_nsp_head_out_of_the_run_and_gives_them_back(
     pretrain(model, train, None, config, objectives=("mlm",))
     assert torch.equal(model.bert.pooler.weight, pooler)  # not even weight decay touched it
     assert all(p.requires_grad for p in model.parameters())  # ready for fine-tuning
+
+
+def test_a_recipe_record_reads_back_including_those_written_with_an_nsp_flag():
+    for r in RECIPES.values():
+        assert Recipe.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    legacy = {k: v for k, v in recipe("course").to_dict().items() if k != "objectives"}
+    assert Recipe.from_dict({**legacy, "nsp": False}) == recipe("course")
+    assert Recipe.from_dict({**legacy, "nsp": True}).objectives == ("mlm", "nsp")
