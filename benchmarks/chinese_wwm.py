@@ -43,6 +43,7 @@ from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.document import split_documents
 from bertlab.finetune import FinetuneConfig, finetune_classifier
+from bertlab.masking import MaskingConfig
 from bertlab.model import BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import pretrain
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         kind: pretraining_loader(val_ex, tok, split=None, word_ids=val_words,
                                  whole_word=kind == "wwm", batch_size=64, shuffle=False,
                                  masking="static", return_word_ids=True,
-                                 mask_replace_prob=1.0, random_replace_prob=0.0)
+                                 mask_config=MaskingConfig(mask_replace_prob=1.0,
+                                                           random_replace_prob=0.0))
         for kind in KINDS
     }
     # Second characters of hidden two-character words, partner hidden / shown again: the same
@@ -133,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             loader = pretraining_loader(train_ex, tok, split=None, word_ids=train_words,
                                         whole_word=kind == "wwm", seed=seed,
                                         batch_size=RECIPE.batch_size,
-                                        mlm_probability=RECIPE.mlm_probability)
+                                        mask_config=RECIPE.masking())
             run = pretrain(model, loader, None, RECIPE.train_config(
                 max_steps=args.steps, checkpoint_interval=None, progress=False, log_interval=0,
                 device=args.device, seed=seed), objectives=RECIPE.objectives)

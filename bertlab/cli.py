@@ -31,7 +31,7 @@ from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.hf import save_hf
 from bertlab.loading import check_model_folder, load_model
-from bertlab.masking import check_mask_options
+from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.objectives import check_objectives, pairs_of
 from bertlab.pretraining import fill_mask, pretrain
@@ -342,7 +342,7 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
                   pairs=pairs_of(objectives))
     source = corpus if shards else docs
     train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
-                               mlm_probability=mlm_probability,
+                               mask_config=MaskingConfig(mlm_probability=mlm_probability),
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one).
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
@@ -384,7 +384,7 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
     mlm_probability = (chosen.mlm_probability if args.mlm_probability is None
                        else args.mlm_probability)
     objectives = _objectives(args, chosen)
-    check_mask_options(mlm_probability=mlm_probability)
+    MaskingConfig(mlm_probability=mlm_probability)  # a bad rate is refused before any work
     overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
     settings = {"max_position_embeddings": max(512, max_seq_len),
                 "hidden_dropout": chosen.dropout, "attention_dropout": chosen.dropout,

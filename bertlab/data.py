@@ -15,6 +15,7 @@ Taught in notebooks/03_nsp_data.ipynb.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
-from bertlab.masking import check_mask_options, mask_tokens, wordpiece_word_ids
+from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
 from bertlab.nsp import NspExample
 from bertlab.objectives import pair_builder
 from bertlab.shards import ShardExamples, shard_folder
@@ -133,9 +134,9 @@ class PretrainingCollator:
     row's seed, and returns exactly `input_ids, token_type_ids, attention_mask, labels,
     next_sentence_label` (LongTensors; labels -100 where nothing is predicted, padding included).
 
-    `mask_options` are those of `mask_tokens` (mlm_probability, mask_replace_prob,
-    random_replace_prob, selection, max_predictions, per_word_decision), with its defaults; they
-    are checked here, not on the first batch inside a worker. `whole_word=True` masks whole words: the items' "word_ids" when they carry them (see
+    `masking` holds every masking setting (`bertlab.masking.MaskingConfig`; BERT's by default),
+    checked when it was built, not on the first batch inside a worker. `whole_word=True` masks
+    whole words: the items' "word_ids" when they carry them (see
     `NspDataset`), else words read from the WordPiece "##" marks. `False` masks token by token
     from the same row seeds, so two loaders that differ only in this flag see the same examples
     in the same order. `return_word_ids=True` adds those word ids as "word_ids" (B, T), -1 on
@@ -148,18 +149,21 @@ class PretrainingCollator:
     def __init__(
         self,
         tokenizer: Tokenizer | SpecialIds,
+        masking: MaskingConfig = BERT_MASKING,
         *,
         whole_word: bool = False,
         pad_to_multiple_of: int | None = None,
         return_word_ids: bool = False,
-        **mask_options: Any,
     ) -> None:
         if pad_to_multiple_of is not None and (
             not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1
         ):
             raise ValueError(f"pad_to_multiple_of={pad_to_multiple_of!r}; pass a positive int or None")
         self.special = special_ids(tokenizer)
-        self.mask_options = mask_options
+        if not isinstance(masking, MaskingConfig):
+            raise ValueError(f"masking={masking!r}; pass a bertlab.masking.MaskingConfig, e.g. "
+                             f"MaskingConfig(mlm_probability=0.4)")
+        self.masking = masking
         self.pad_to_multiple_of = pad_to_multiple_of
         self.whole_word, self.return_word_ids = whole_word, return_word_ids
         self.vocab: np.ndarray | None = None  # token strings by id, for the "##" words
@@ -174,7 +178,6 @@ class PretrainingCollator:
             for token, token_id in tokenizer.get_vocab().items():
                 tokens[token_id] = token
             self.vocab = np.array(tokens)
-        check_mask_options(**mask_options)
 
     def _word_ids(self, items: Sequence[dict[str, Any]], ids: np.ndarray) -> torch.Tensor:
         """Word index per token (B, T), -1 on specials and padding: the items' own, or from "##"."""
@@ -209,7 +212,7 @@ class PretrainingCollator:
         masked, labels = mask_tokens(
             torch.from_numpy(ids), self.special, attention_mask=attention_mask,
             row_seeds=row_seeds, word_ids=word_ids if self.whole_word else None,
-            **self.mask_options,
+            **dataclasses.asdict(self.masking),
         )
         batch = {
             "input_ids": masked,
@@ -335,8 +338,10 @@ def pretraining_loader(
     short_seq_prob: float = 0.1,
     balance: str = "exact",
     pairs: str = "nsp",
+    mask_config: MaskingConfig = BERT_MASKING,
+    whole_word: bool = False,
+    return_word_ids: bool = False,
     word_ids: Sequence[Sequence[int | None]] | None = None,
-    **collate_options: Any,
 ) -> EpochLoader:
     """Return an `EpochLoader` of pretraining batches (dicts of the five model inputs) for one split.
 
@@ -350,9 +355,8 @@ def pretraining_loader(
 
     `masking`: "dynamic" (a new mask each epoch) or "static" (epoch e uses mask copy
     e % `dupe_factor`); None picks dynamic for the train split and static otherwise, so a
-    validation loss is always measured on the same masks. `collate_options` go to
-    `PretrainingCollator`: the masking options of `mask_tokens` (mlm_probability,
-    mask_replace_prob, ...), whole_word, return_word_ids.
+    validation loss is always measured on the same masks. `mask_config` (BERT's masking by
+    default), `whole_word` and `return_word_ids` go to `PretrainingCollator`.
 
     Order: `shuffle` uses a (seed, epoch) permutation; `sampler` replaces it: a Sampler, a
     function dataset -> Sampler, or "distributed" under torchrun for a `ShardedEpochSampler`
@@ -374,7 +378,9 @@ def pretraining_loader(
     if len(dataset) == 0:
         raise ValueError("pretraining_loader: no examples to load; check the corpus and split")
 
-    collate = PretrainingCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of, **collate_options)
+    collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
+                                  pad_to_multiple_of=pad_to_multiple_of,
+                                  return_word_ids=return_word_ids)
     if sampler == "distributed":
         sampler = ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
     elif isinstance(sampler, str):

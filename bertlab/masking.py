@@ -18,6 +18,7 @@ import enum
 import functools
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,32 +56,54 @@ def _check_probability(name: str, value: float) -> float:
     return float(value)
 
 
-def check_mask_options(
-    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-    selection: str = "bernoulli", max_predictions: int | None = None,
-    per_word_decision: bool = True,
-) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class MaskingConfig:
+    """Every masked-LM masking setting, with BERT's values: one object for the collator, the
+    loaders and the recipes (`mask_tokens` and its three steps take the same names one by one).
+
+    `mlm_probability` of the maskable tokens become targets (`selection`: "bernoulli" per token,
+    or "exact" counts; at most `max_predictions` per sequence); a target becomes [MASK] with
+    `mask_replace_prob`, a random token with `random_replace_prob`, and stays itself otherwise;
+    `per_word_decision` shares one decision among a whole word's pieces. Checked when built: a
+    bad setting raises ValueError naming it and the fix.
+    """
+
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    selection: str = "bernoulli"
+    max_predictions: int | None = None
+    per_word_decision: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("mlm_probability", "mask_replace_prob", "random_replace_prob"):
+            object.__setattr__(self, name, _check_probability(name, getattr(self, name)))
+        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
+            raise ValueError(f"mask_replace_prob + random_replace_prob = "
+                             f"{self.mask_replace_prob + self.random_replace_prob:g} exceeds 1; "
+                             f"the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 leave "
+                             f"0.1)")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection={self.selection!r} is unknown; use one of "
+                             f"{', '.join(SELECTIONS)}")
+        limit = self.max_predictions
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or limit < 1):
+            raise ValueError(f"max_predictions={limit!r}; pass a positive int or None")
+        if not isinstance(self.per_word_decision, bool):
+            raise ValueError(f"per_word_decision={self.per_word_decision!r}; pass True or False")
+
+
+BERT_MASKING = MaskingConfig()  # 15% of the tokens, then 80/10/10
+
+
+def check_mask_options(**options: Any) -> tuple[float, float, float]:
     """Return the three probabilities as floats, or raise ValueError naming a bad masking option.
 
-    The options and defaults of `mask_tokens`; a collator calls this once when it is built, so a
-    bad option fails there rather than on the first batch inside a worker.
+    `options` are `MaskingConfig`'s (any subset; the rest take BERT's values).
     """
-    probabilities = (_check_probability("mlm_probability", mlm_probability),
-                     _check_probability("mask_replace_prob", mask_replace_prob),
-                     _check_probability("random_replace_prob", random_replace_prob))
-    if probabilities[1] + probabilities[2] > 1.0 + 1e-12:
-        raise ValueError(f"mask_replace_prob + random_replace_prob = {sum(probabilities[1:]):g} "
-                         f"exceeds 1; the unchanged share is 1 minus their sum (e.g. 0.8 and 0.1 "
-                         f"leave 0.1)")
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is unknown; use one of {', '.join(SELECTIONS)}")
-    if max_predictions is not None and (isinstance(max_predictions, bool)
-                                        or not isinstance(max_predictions, int)
-                                        or max_predictions < 1):
-        raise ValueError(f"max_predictions={max_predictions!r}; pass a positive int or None")
-    if not isinstance(per_word_decision, bool):
-        raise ValueError(f"per_word_decision={per_word_decision!r}; pass True or False")
-    return probabilities
+    config = MaskingConfig(**options)
+    return config.mlm_probability, config.mask_replace_prob, config.random_replace_prob
 
 
 def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]:
@@ -248,8 +271,10 @@ def _select_words(words: torch.Tensor, maskable: torch.Tensor, mlm_probability: 
 
 def select_targets(
     input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mlm_probability: float = 0.15, selection: str = "bernoulli",
-    max_predictions: int | None = None, word_ids: torch.Tensor | Sequence[Any] | None = None,
+    mlm_probability: float = BERT_MASKING.mlm_probability,
+    selection: str = BERT_MASKING.selection,
+    max_predictions: int | None = BERT_MASKING.max_predictions,
+    word_ids: torch.Tensor | Sequence[Any] | None = None,
     attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None,
 ) -> torch.Tensor:
@@ -283,7 +308,7 @@ def select_targets(
     """
     ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
                                              row_seeds)
-    mlm_probability = check_mask_options(mlm_probability, selection=selection,
+    mlm_probability = check_mask_options(mlm_probability=mlm_probability, selection=selection,
                                          max_predictions=max_predictions)[0]
     return _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
                    mlm_probability=mlm_probability, selection=selection,
@@ -334,8 +359,10 @@ def _select(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws
 def perturb_targets(
     input_ids: torch.Tensor, selected: torch.Tensor,
     tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-    word_ids: torch.Tensor | Sequence[Any] | None = None, per_word_decision: bool = True,
+    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
+    random_replace_prob: float = BERT_MASKING.random_replace_prob,
+    word_ids: torch.Tensor | Sequence[Any] | None = None,
+    per_word_decision: bool = BERT_MASKING.per_word_decision,
     generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -405,9 +432,13 @@ def label_targets(input_ids: torch.Tensor, selected: torch.Tensor) -> torch.Tens
 
 def mask_tokens(
     input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
-    selection: str = "bernoulli", max_predictions: int | None = None,
-    word_ids: torch.Tensor | Sequence[Any] | None = None, per_word_decision: bool = True,
+    mlm_probability: float = BERT_MASKING.mlm_probability,
+    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
+    random_replace_prob: float = BERT_MASKING.random_replace_prob,
+    selection: str = BERT_MASKING.selection,
+    max_predictions: int | None = BERT_MASKING.max_predictions,
+    word_ids: torch.Tensor | Sequence[Any] | None = None,
+    per_word_decision: bool = BERT_MASKING.per_word_decision,
     attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
 ) -> tuple[torch.Tensor, ...]:
@@ -435,8 +466,9 @@ def mask_tokens(
                                              row_seeds)
     # Check every option before step 1 draws anything: a bad one leaves the generator untouched.
     mlm_probability, mask_replace_prob, random_replace_prob = check_mask_options(
-        mlm_probability, mask_replace_prob, random_replace_prob, selection, max_predictions,
-        per_word_decision)
+        mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
+        random_replace_prob=random_replace_prob, selection=selection,
+        max_predictions=max_predictions, per_word_decision=per_word_decision)
     selected = _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
                        mlm_probability=mlm_probability, selection=selection,
                        max_predictions=max_predictions, word_ids=word_ids,
@@ -453,7 +485,9 @@ def mask_tokens(
 
 def mask_tokens_reference(
     tokens: Sequence[Any], vocab: Sequence[Any], *,
-    mlm_probability: float = 0.15, mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1,
+    mlm_probability: float = BERT_MASKING.mlm_probability,
+    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
+    random_replace_prob: float = BERT_MASKING.random_replace_prob,
     mask_token: Any = MASK, special_tokens: Sequence[Any] = SPECIAL_TOKENS, rng: random.Random,
     return_decisions: bool = False,
 ) -> tuple[list[Any], ...]:
@@ -467,7 +501,8 @@ def mask_tokens_reference(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    check_mask_options(mlm_probability, mask_replace_prob, random_replace_prob)
+    check_mask_options(mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
+                       random_replace_prob=random_replace_prob)
     skip = set(special_tokens)
     masked, labels, decisions = [], [], []
     for token in tokens:

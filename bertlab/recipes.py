@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bertlab.config import TrainConfig
+from bertlab.masking import BERT_MASKING, MaskingConfig
 from bertlab.model import BertConfig
 from bertlab.objectives import check_objectives, pairs_of
 
@@ -60,11 +61,15 @@ class Recipe:
         object.__setattr__(self, "objectives",
                            check_objectives(self.objectives, f"recipe {self.name!r}"))
 
+    def masking(self) -> MaskingConfig:
+        """Return the training loader's masking: `mlm_probability` of the tokens, then 80/10/10."""
+        return MaskingConfig(mlm_probability=self.mlm_probability)
+
     def loader_options(self) -> dict[str, Any]:
-        """Return the training loader's settings: batch_size, max_seq_len, mlm_probability and
-        the pairs its objectives train on."""
+        """Return the training loader's settings: batch_size, max_seq_len, the masking and the
+        pairs its objectives train on."""
         return {"batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
-                "mlm_probability": self.mlm_probability, "pairs": pairs_of(self.objectives)}
+                "mask_config": self.masking(), "pairs": pairs_of(self.objectives)}
 
     def with_objectives(self, objectives: Sequence[str] | str) -> Recipe:
         """Return this recipe with other objectives (e.g. "mlm,sop"), everything else equal."""
@@ -104,7 +109,8 @@ RECIPES: dict[str, Recipe] = {
                 "+ NSP, dropout 0.1, AdamW with warmup and linear decay; batch, sequence "
                 "length, learning rate and warmup (6%, the paper's 1% of 1M steps is 10k) "
                 "scaled to a small model on a CPU",
-        mlm_probability=0.15, objectives=("mlm", "nsp"), dropout=0.1, batch_size=32,
+        mlm_probability=BERT_MASKING.mlm_probability, objectives=("mlm", "nsp"), dropout=0.1,
+        batch_size=32,
         max_seq_len=128,
         optimizer="adamw", lr=2e-3, muon_lr=0.02, warmup_fraction=0.06, schedule="linear"),
     "course": Recipe(

@@ -20,7 +20,7 @@ from bertlab.data import (
 )
 from bertlab.document import split_documents
 from bertlab.draws import example_seed
-from bertlab.masking import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
 from bertlab.tokenizer import special_ids
 
@@ -108,7 +108,7 @@ def test_whole_word_masks_every_piece_of_a_word(setup):
     tok, _, examples = setup
     vocab = {i: t for t, i in tok.get_vocab().items()}
     ds = NspDataset(examples, seed=1)
-    batch = PretrainingCollator(tok, whole_word=True, mlm_probability=0.3)([ds[i] for i in range(40)])
+    batch = PretrainingCollator(tok, MaskingConfig(mlm_probability=0.3), whole_word=True)([ds[i] for i in range(40)])
     special = set(special_ids(tok).all)
     checked = 0
     for row in range(40):
@@ -135,7 +135,8 @@ def test_whole_word_uses_the_items_word_ids_when_they_carry_them(setup):
     plain = NspDataset(examples[:40], seed=1)
     assert own[3]["word_ids"].tolist() == [-1 if w is None else w for w in words[3]]
     assert "word_ids" not in plain[3]
-    whole = PretrainingCollator(tok, whole_word=True, mlm_probability=0.3, return_word_ids=True)
+    whole = PretrainingCollator(tok, MaskingConfig(mlm_probability=0.3), whole_word=True,
+                                return_word_ids=True)
     batch = whole([own[i] for i in range(40)])
     targets = batch["labels"] != IGNORE_INDEX
     for row in range(40):
@@ -147,7 +148,7 @@ def test_whole_word_uses_the_items_word_ids_when_they_carry_them(setup):
             assert hidden.all() or not hidden.any()  # a pair of tokens is hidden together
     assert not torch.equal(batch["labels"], whole([plain[i] for i in range(40)])["labels"])
     # whole_word=False masks token by token: the word ids change nothing but the extra key.
-    by_token = PretrainingCollator(tok, mlm_probability=0.3, return_word_ids=True)
+    by_token = PretrainingCollator(tok, MaskingConfig(mlm_probability=0.3), return_word_ids=True)
     with_ids, without = by_token([own[i] for i in range(40)]), by_token([plain[i] for i in range(40)])
     assert all(torch.equal(with_ids[k], without[k]) for k in BATCH_KEYS)
     # Without word ids in the items, the returned ones are the "##" words the collate masks by.
@@ -163,7 +164,7 @@ def test_collator_pickles_and_rejects_bad_options(setup):
     collate = pickle.loads(pickle.dumps(PretrainingCollator(tok, whole_word=True)))
     assert tuple(collate([NspDataset(examples)[0]])) == BATCH_KEYS
     with pytest.raises(ValueError, match="mlm_probability"):
-        PretrainingCollator(tok, mlm_probability=2.0)
+        PretrainingCollator(tok, MaskingConfig(mlm_probability=2.0))
     with pytest.raises(ValueError, match="whole_word=True needs the tokenizers.Tokenizer"):
         PretrainingCollator(special_ids(tok), whole_word=True)
     with pytest.raises(ValueError, match="return_word_ids=True needs the tokenizers.Tokenizer"):
@@ -320,3 +321,11 @@ def test_sharded_sampler_splits_the_single_process_order(setup):
         got = [sorted(masked_rows(a) + masked_rows(b)) for a, b in zip(*per_rank, strict=False)]
         n = len(examples) // 8  # full batches (the last, partial one is padded differently)
         assert got[:n] == want[:n]
+
+
+def test_the_collator_takes_its_masking_as_one_object(setup):
+    tok, _, _ = setup
+    with pytest.raises(ValueError, match="pass a bertlab.masking.MaskingConfig"):
+        PretrainingCollator(tok, {"mlm_probability": 0.4})
+    with pytest.raises(TypeError):
+        PretrainingCollator(tok, mlm_probability=0.4)  # no loose options: one object

@@ -726,3 +726,25 @@ def test_the_label_the_masking_leaves_is_the_one_the_model_ignores():
     from bertlab.model import NOT_PREDICTED
 
     assert IGNORE_INDEX == NOT_PREDICTED == torch.nn.CrossEntropyLoss().ignore_index
+
+
+def test_the_masking_settings_have_one_home():
+    import dataclasses
+    import inspect
+
+    from bertlab.masking import BERT_MASKING, MaskingConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(MaskingConfig)}
+    assert defaults == dataclasses.asdict(BERT_MASKING) == {
+        "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1,
+        "selection": "bernoulli", "max_predictions": None, "per_word_decision": True}
+    for fn in (mask_tokens, select_targets, perturb_targets):  # same names, same defaults
+        params = inspect.signature(fn).parameters
+        shared = {k: params[k].default for k in defaults if k in params}
+        assert shared and shared == {k: defaults[k] for k in shared}, fn.__name__
+    for bad, message in [({"mlm_probability": 1.5}, "mlm_probability"),
+                         ({"mask_replace_prob": 0.9, "random_replace_prob": 0.2}, "exceeds 1"),
+                         ({"selection": "greedy"}, "selection='greedy' is unknown")]:
+        with pytest.raises(ValueError, match=message):
+            MaskingConfig(**bad)
+    assert MaskingConfig(mlm_probability=1).mlm_probability == 1.0  # floats, whatever was typed

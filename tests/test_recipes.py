@@ -13,7 +13,7 @@ from torch import nn
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.hf import save_hf
-from bertlab.masking import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.optim import MuonAdamW
@@ -61,7 +61,8 @@ def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training()
 def test_recipe_hands_its_settings_to_loader_model_and_train_config():
     r = recipe("course")
     assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
-                                  "mlm_probability": r.mlm_probability, "pairs": "nsp"}
+                                  "mask_config": MaskingConfig(mlm_probability=r.mlm_probability),
+                                  "pairs": "nsp"}
     assert r.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
     assert r.model_config("tiny", 100).hidden_dropout == r.dropout
     assert r.model_config("tiny", 100, hidden_dropout=0.3).hidden_dropout == 0.3

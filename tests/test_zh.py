@@ -10,7 +10,7 @@ import torch
 from bertlab.corpus import load_corpus
 from bertlab.data import NspDataset, PretrainingCollator, pretraining_loader
 from bertlab.document import Document
-from bertlab.masking import IGNORE_INDEX
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
 from bertlab.zh import (
@@ -114,7 +114,8 @@ def test_whole_word_masking_never_selects_part_of_a_word(zh_tok, segmented):
 
     def split_words(whole_word: bool) -> tuple[int, int]:
         loader = word_loader(examples, all_ids, zh_tok, whole_word=whole_word,
-                             batch_size=64, seed=3, mlm_probability=0.3, return_word_ids=True)
+                             batch_size=64, seed=3, mask_config=MaskingConfig(mlm_probability=0.3),
+                             return_word_ids=True)
         partial = whole = 0
         for i, batch in enumerate(loader):
             if i == 4:
@@ -185,7 +186,7 @@ def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
     _, examples, all_ids = segmented
     loader = word_loader(examples[:200], all_ids[:200], zh_tok, whole_word=True, shuffle=False,
                          masking="static", return_word_ids=True, batch_size=50,
-                         mask_replace_prob=1.0, random_replace_prob=0.0)
+                         mask_config=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
     oracle = whole_word_scores(_Guesser(zh_tok.get_vocab_size()), loader)
     assert oracle["char_accuracy"] == oracle["word_accuracy"] == 1.0
     assert oracle["multi_char_word_accuracy"] == 1.0 and oracle["multi_char_words"] > 100
@@ -202,7 +203,7 @@ def test_second_character_batches_keep_only_second_characters(zh_tok, segmented)
     _, examples, all_ids = segmented
     loader = word_loader(examples[:100], all_ids[:100], zh_tok, whole_word=True, shuffle=False,
                          masking="static", return_word_ids=True, batch_size=25,
-                         mask_replace_prob=1.0, random_replace_prob=0.0)
+                         mask_config=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
     full = list(loader)
     hidden = second_character_batches(loader, reveal=False)
     shown = second_character_batches(loader, reveal=True, max_batches=2)

@@ -47,6 +47,7 @@ from bertlab.device import resolve_device, resolve_precision
 from bertlab.document import split_documents
 from bertlab.downstream import linear_probe
 from bertlab.finetune import FinetuneConfig, finetune_classifier
+from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import NspExample, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
@@ -98,8 +99,9 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
     examples = data.train(cell.seed)
     loader = pretraining_loader(
         examples, tok, split=None, batch_size=b.batch_size, seed=cell.seed,
-        masking=s["masking"], dupe_factor=s["dupe_factor"], mlm_probability=s["mlm_probability"],
-        mask_replace_prob=s["mask_replace_prob"], random_replace_prob=s["random_replace_prob"])
+        masking=s["masking"], dupe_factor=s["dupe_factor"], mask_config=MaskingConfig(
+            mlm_probability=s["mlm_probability"], mask_replace_prob=s["mask_replace_prob"],
+            random_replace_prob=s["random_replace_prob"]))
     config = BertConfig.preset(b.preset, vocab_size=tok.get_vocab_size(), **b.model_overrides)
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(cell.seed))
     # The learning curve: held-out MLM / NSP accuracy at 9 points of the run, on a few batches
@@ -130,7 +132,8 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
         # document order the first batches would all come from one topic).
         val = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
                                  seed=EVAL_SEED, shuffle=True, masking="static",
-                                 mask_replace_prob=mask_p, random_replace_prob=random_p)
+                                 mask_config=MaskingConfig(mask_replace_prob=mask_p,
+                                                           random_replace_prob=random_p))
         scores = evaluate(model, val, b.eval_batches, device=device, precision=precision)
         metrics[f"mlm_accuracy{suffix}"] = scores["mlm_accuracy"]
         metrics[f"mlm_loss{suffix}"] = scores["mlm_loss"]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from bertlab.device import resolve_device, resolve_precision
+from bertlab.masking import BERT_MASKING
 from bertlab.recipes import recipe
 
 # Bump when a change can move a cell's numbers (a new measurement, a fix in training or masking):
@@ -33,9 +34,10 @@ from bertlab.recipes import recipe
 EXPERIMENT_VERSION = 2
 # Every pretraining setting a cell may change, with BERT's values.
 PRETRAIN_DEFAULTS: dict[str, Any] = {
-    "mlm_probability": 0.15,  # share of tokens selected as targets
-    "mask_replace_prob": 0.8,  # of the targets: -> [MASK]
-    "random_replace_prob": 0.1,  # of the targets: -> a random token (the rest stay unchanged)
+    "mlm_probability": BERT_MASKING.mlm_probability,  # share of tokens selected as targets
+    "mask_replace_prob": BERT_MASKING.mask_replace_prob,  # of the targets: -> [MASK]
+    # of the targets: -> a random token (the rest stay unchanged)
+    "random_replace_prob": BERT_MASKING.random_replace_prob,
     "nsp": True,  # train the next-sentence head too (False: MLM loss only)
     "masking": "dynamic",  # "dynamic" (new mask every epoch) or "static" (dupe_factor copies)
     "dupe_factor": 1,  # static masking: number of fixed masks cycled over epochs

@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 
 from bertlab.config import lr_at
+from bertlab.masking import BERT_MASKING
 
 
 def _pyplot():
@@ -134,8 +135,9 @@ def _clip(token: str, width: int = 9) -> str:
     return token if len(token) <= width else token[: width - 1] + "…"
 
 
-def plot_masking_rates(decision_counts, *, mlm_probability: float = 0.15,
-                       mask_replace_prob: float = 0.8, random_replace_prob: float = 0.1):
+def plot_masking_rates(decision_counts, *, mlm_probability: float = BERT_MASKING.mlm_probability,
+                       mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
+                       random_replace_prob: float = BERT_MASKING.random_replace_prob):
     """Return a bar chart of measured vs expected masking rates, with spread over samples.
 
     `decision_counts` is an (S, 4) array: per sample (e.g. one batch), how many candidate
