@@ -76,6 +76,7 @@ class HfBert(nn.Module):
 
     def __init__(self, config: BertConfig, seed: int):
         super().__init__()
+        self.config = config  # what bertlab's functions read of a model (fill_mask: vocab_size)
         hf_config = transformers.BertConfig(**hf_config_fields(config))
         hf_config._attn_implementation = "sdpa"  # fused attention, as bertlab uses
         with torch.random.fork_rng(devices=[]):  # transformers initialises from the global RNG

@@ -86,11 +86,14 @@ def save_checkpoint(path: str | Path, model: nn.Module,
         if not _is_disk_full(exc):
             raise
         kept = _complete_checkpoints(path.parent)
+        then = ("then continue the run with --resume (resume=True)" if kept else
+                f"then start the run again in an empty folder (delete {path.parent.parent}: "
+                f"there is nothing in it to resume)")
         previous = (f"the newest complete checkpoint is still {kept[-1]}" if kept
                     else "no earlier checkpoint exists")
         raise OSError(errno.ENOSPC, f"no space left on the device while writing checkpoint "
                       f"{path}; nothing of it was kept and {previous}. Free some space, "
-                      f"then continue the run with --resume (resume=True)") from exc
+                      f"{then}") from exc
 
 
 def _write_checkpoint_files(folder: Path, model: nn.Module,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 
+from bertlab.checkpoint import latest_checkpoint, read_checkpoint_state
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.course.doctor import run_doctor
@@ -36,7 +38,7 @@ from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.objectives import check_objectives, pairs_of
 from bertlab.pretraining import fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
-from bertlab.resume import check_run_folder, hold_run_folder
+from bertlab.resume import check_resume, check_run_folder, hold_run_folder
 from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
 from bertlab.train import TrainConfig, TrainResult
@@ -44,6 +46,8 @@ from bertlab.util import (
     atomic_write_json,
     check_output_folder,
     folder_kind,
+    in_use_error,
+    lock_holder,
     writing_into,
 )
 
@@ -224,6 +228,8 @@ def _add_export_hf(sub: argparse._SubParsersAction) -> None:
                        "model.safetensors and tokenizer files that transformers can load.")
     p.add_argument("run_dir", help="a pretraining run folder (from pretrain)")
     p.add_argument("out_dir", help="folder to write the Hugging Face files into")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier export in out_dir (files of yours there are kept)")
 
 
 def _add_fill_mask(sub: argparse._SubParsersAction) -> None:
@@ -377,7 +383,11 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
     if "max_minutes" in given and "max_steps" not in given:
         given["max_steps"] = None  # --minutes alone: the time budget decides
     chosen = recipe(args.recipe)
-    config = chosen.train_config(**given)
+    try:
+        config = chosen.train_config(**given)
+    except ValueError as e:  # name the flag the user typed, not the dataclass field
+        raise ValueError(re.sub(r"TrainConfig\.(\w+)",
+                                lambda m: "--" + m.group(1).replace("_", "-"), str(e))) from None
     shards = folder_kind(corpus) == "shards"
     max_seq_len = (shard_pair_length(corpus, args.max_seq_len) if shards else
                    chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
@@ -385,17 +395,22 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                        else args.mlm_probability)
     objectives = _objectives(args, chosen)
     MaskingConfig(mlm_probability=mlm_probability)  # a bad rate is refused before any work
+    if mlm_probability == 0:
+        raise ValueError("--mlm-probability 0 selects no targets, so masked LM, which every run "
+                         "trains, would learn nothing; pass a rate above 0 (BERT: 0.15)")
     overrides = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS}
-    settings = {"max_position_embeddings": max(512, max_seq_len),
-                "hidden_dropout": chosen.dropout, "attention_dropout": chosen.dropout,
+    # The position table keeps the preset's 512 rows unless --max-position-embeddings says
+    # otherwise: a long --max-seq-len alone never grows the model behind the user's back.
+    settings = {"hidden_dropout": chosen.dropout, "attention_dropout": chosen.dropout,
                 **overrides}
     # The vocabulary size comes from the tokenizer later; every other model setting is checked now.
     probe = BertConfig.preset(args.preset, vocab_size=8, **settings)
     if max_seq_len > probe.max_position_embeddings:
         raise ValueError(f"--max-seq-len {max_seq_len} is longer than "
                          f"--max-position-embeddings {probe.max_position_embeddings}: the model "
-                         f"has no position for the tokens beyond; lower --max-seq-len or raise "
-                         f"--max-position-embeddings")
+                         f"has no position for the tokens beyond; lower --max-seq-len, or pass "
+                         f"--max-position-embeddings {max_seq_len} to grow the position table "
+                         f"(BERT's is 512)")
     if shards and pairs_of(objectives) != "nsp":
         raise ValueError(f"--objectives {','.join(objectives)}: the shards in {corpus} hold NSP "
                          f"pairs (prepare builds those); sentence-order pairs are built from the "
@@ -416,6 +431,36 @@ def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
     return chosen.objectives
 
 
+# What decides how a run learns: a resume that changed one would continue another run.
+_LEARNING = ("lr", "warmup_steps", "warmup_fraction", "schedule", "min_lr_ratio", "weight_decay",
+             "betas", "eps", "optimizer", "muon_lr", "grad_clip")
+
+
+def _read_run_json(path: Path) -> dict[str, Any]:
+    """Return a run's run.json; a file that is not readable JSON is named in the error."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--resume: {path} is not valid JSON ({e}); the run's settings are "
+                         f"lost, so it cannot be continued exactly: start a new run in another "
+                         f"folder (nothing was written)") from None
+
+
+def _check_same_learning(run: dict[str, Any], s: _PretrainSettings, path: Path) -> None:
+    """Refuse a resume whose masking rate or learning settings differ from run.json's."""
+    saved = {**run.get("train", {}), "mlm_probability": run.get("mlm_probability")}
+    now = {**s.config.to_dict(), "mlm_probability": s.mlm_probability}
+    for key in (*_LEARNING, "mlm_probability"):
+        before, after = saved.get(key), now[key]
+        if isinstance(before, list):
+            before = tuple(before)
+        if key in saved and before is not None and before != after:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"--resume: the run was started with {flag} {before} ({path}), "
+                             f"this resume has {after}; an exact resume needs the same value: "
+                             f"pass {flag} {before}, or start a new run (nothing was written)")
+
+
 def _trains(objectives: tuple[str, ...]) -> str:
     """Return what a run learns, in words: "MLM only", "MLM + NSP", "MLM + SOP"."""
     return " + ".join(n.upper() for n in objectives) if len(objectives) > 1 else "MLM only"
@@ -431,16 +476,30 @@ def _per_rank_batch(config: TrainConfig, world: int) -> int:
     return per_rank
 
 
-def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
-    """Raise ValueError unless --out takes a new run, or resumes one of the same --recipe."""
+def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSettings) -> None:
+    """Raise ValueError unless --out takes a new run, or resumes one of the same --recipe,
+    objectives, batch and data seed (checked before the run folder is touched)."""
     check_run_folder(out, args.resume, flag="--out")
+    holder = lock_holder(out)
+    if holder is not None:  # another process is writing there: say so before anything else
+        raise in_use_error("run folder", out, holder)
+    if not args.resume and folder_kind(out) == "run":  # the files of a start that never saved
+        raise ValueError(f"--out {out} holds a run that stopped before its first checkpoint "
+                         f"({', '.join(sorted(p.name for p in out.iterdir()))}): nothing in it "
+                         f"can be resumed, and a new run would replace those files; delete the "
+                         f"folder, or choose another one (nothing was written)")
     first = out / "run.json"
-    started = json.loads(first.read_text())["args"].get("recipe") if (
-        args.resume and first.is_file()) else None
+    run = _read_run_json(first) if args.resume and first.is_file() else {}
+    started = run.get("args", {}).get("recipe")
     if started is not None and started != args.recipe:
         raise ValueError(f"--resume: the run in {out} was started with --recipe {started}, not "
                          f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
                          f"to continue it exactly (nothing was written)")
+    _check_same_learning(run, s, first)
+    if args.resume:
+        newest = latest_checkpoint(out)
+        check_resume(read_checkpoint_state(newest, verified=True), newest, s.config.batch_size,
+                     s.config.grad_accum, args.data_seed, None, objective=",".join(s.objectives))
 
 
 def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, tok: Any,
@@ -482,7 +541,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
     device = resolve_device(s.config.device)
     per_rank = _per_rank_batch(s.config, world)
-    _check_pretrain_folder(args, out)
+    _check_pretrain_folder(args, out, s)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if s.shards and s.max_seq_len != s.recipe.max_seq_len:
@@ -515,7 +574,15 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
                          f"without its tokenizer is of no use; copy in the tokenizer the run was "
                          f"trained with (e.g. from its shard folder), then export again")
     replacing = check_output_folder(out_dir, "out_dir", accept=("hf",)) == "hf"
-    model, tok = load_model(run_dir, kinds=("run",), exact_vocab=True)
+    if out_dir.resolve().is_relative_to(run_dir.resolve()):
+        raise ValueError(f"export-hf: {out_dir} is inside the run folder {run_dir}; an export "
+                         f"there would break the run (fill-mask and --resume read that folder): "
+                         f"pass a folder outside it (nothing was written)")
+    if replacing and not args.overwrite:
+        raise ValueError(f"export-hf: {out_dir} already holds a Hugging Face export; pass "
+                         f"--overwrite to replace it (files of yours there, such as a README.md, "
+                         f"are kept), or choose another folder (nothing was written)")
+    model, tok = load_model(run_dir, kinds=("run",))
     save_hf(model, tok, out_dir)
     print(f"{'replaced the previous export in' if replacing else 'wrote'} {out_dir}: load it "
           f"with transformers.BertForPreTraining.from_pretrained({str(out_dir)!r}) or "
@@ -559,6 +626,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         if not json_path.parent.is_dir():
             raise ValueError(f"--json {json_path}: folder {json_path.parent} does not exist; "
                              f"pass a file path in an existing folder")
+    resolve_device(args.device)  # a device this machine lacks is refused before any work
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                             max_seq_len=args.max_seq_len, device=args.device)
     model, tok = load_model(args.model_dir, require_tokenizer=True)

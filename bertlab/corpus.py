@@ -238,6 +238,12 @@ def iter_corpus(
         counts.setdefault(key, 0)
     known = ", ".join(repr(k) for k in CORPORA)
     if isinstance(source, str) and source in CORPORA:
+        if Path(source).exists():
+            raise ValueError(
+                f"corpus '{source}' names both the built-in corpus and the "
+                f"{'folder' if Path(source).is_dir() else 'file'} ./{source} here; write "
+                f"./{source} for yours, or run from another folder for the built-in one"
+            )
         return _iter_named(source, errors)
     if isinstance(source, str) and not source.strip():
         # Path("") is the current folder: reading it by accident would train on whatever is there.
@@ -252,6 +258,13 @@ def iter_corpus(
             f"check the spelling or pass a folder of .txt files"
         )
     if not path.is_dir():
+        if path.suffix.lower() in _STRUCTURED:
+            raise ValueError(
+                f"corpus '{source}' is a {_STRUCTURED[path.suffix.lower()]} file, and its syntax "
+                f"would be read as sentences; bertlab reads plain text: write the text out as a "
+                f".txt file (one sentence per line, a blank line between documents) or as a "
+                f"folder of .txt files, one document each"
+            )
         return iter_bert_file(path, errors, counts)
     kind = folder_kind(path)
     if kind in ARTEFACT_KINDS:
@@ -260,6 +273,12 @@ def iter_corpus(
             f"files it was made from (shards go to `pretrain --corpus` as they are)"
         )
     return iter_folder(path, errors, counts)
+
+
+# Files whose syntax is not text to learn from: refused by name rather than read line by line.
+_STRUCTURED = {".json": "JSON", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV",
+               ".tsv": "TSV", ".parquet": "Parquet", ".xml": "XML", ".html": "HTML",
+               ".htm": "HTML"}
 
 
 def _iter_named(name: str, errors: str) -> Iterator[Document]:

@@ -376,7 +376,12 @@ def pretraining_loader(
     dataset = NspDataset(examples, word_ids=word_ids, seed=seed, masking=masking,
                          dupe_factor=dupe_factor)
     if len(dataset) == 0:
-        raise ValueError("pretraining_loader: no examples to load; check the corpus and split")
+        info = getattr(examples, "info", {})
+        why = (f": all {info['documents']} documents have one sentence, and a sentence pair "
+               f"needs a document of at least two" if info.get("documents") and
+               info.get("one_sentence_docs") == info["documents"] else "")
+        raise ValueError(f"pretraining_loader: no examples to load{why}; check the corpus and "
+                         f"split")
 
     collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
                                   pad_to_multiple_of=pad_to_multiple_of,

@@ -33,8 +33,15 @@ def resolve_device(spec: str = "auto") -> torch.device:
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={spec!r} was asked for but CUDA is not available here; "
                          f"use device='auto' or 'cpu'")
+    if spec == "mps" and not (getattr(torch.backends, "mps", None) is not None
+                              and torch.backends.mps.is_available()):
+        raise ValueError("device='mps' was asked for but MPS (the GPU of Apple silicon) is not "
+                         "available here; use device='auto' or 'cpu'")
     if spec == "cuda":
         return torch.device("cuda", local_rank)
+    if spec.startswith("cuda:") and int(spec[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"device={spec!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         f"device(s), numbered from 0; pick one of them or use device='cuda'")
     return torch.device(spec)
 
 

@@ -43,6 +43,7 @@ from bertlab.downstream import (
 )
 from bertlab.loading import load_model
 from bertlab.model import BertConfig
+from bertlab.tokenizer import check_tokenizer_fits
 from bertlab.train import Objective, TrainConfig, train_loop
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
@@ -198,6 +199,7 @@ def finetune_classifier(
 
     generator = torch.Generator().manual_seed(config.seed)
     model, init = _as_classifier(pretrained, len(task.label_names), generator)
+    check_tokenizer_fits(tokenizer, model.config.vocab_size, "finetune_classifier")
     bert_encoder(model, config.max_seq_len)  # refuses windows longer than the model's positions
     windows = document_chunks([docs[i] for i in task.train], tokenizer, config.max_seq_len,
                               config.max_chunks)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -322,10 +323,11 @@ def save_hf(
     model.safetensors and (unless `tokenizer` is None) the tokenizer files.
 
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
-    a crash never leaves half a model. An existing export there is replaced; any other non-empty
-    folder, a file or a path under a file is refused with a ValueError before anything is
-    written (`OutputFolderTakenError`, also a FileExistsError, for a folder that holds something
-    else).
+    a crash never leaves half a model. An existing export there is replaced, and the files in it
+    that an export does not write (a README.md model card, say) are kept; weights of another
+    format there are refused. Any other non-empty folder, a file or a path under a file is
+    refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
+    FileExistsError, for a folder that holds something else).
 
     Taught in notebooks/04_encoder.ipynb
     """
@@ -346,13 +348,34 @@ def save_hf(
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}
+    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if kind == "hf" else []
 
     def write(folder: Path) -> None:
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
         for name, text in files.items():
             (folder / name).write_text(text, encoding="utf-8")
+        for entry in kept:  # the user's own files come along into the new folder
+            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, folder / entry.name)
 
     return atomic_write_folder(out_dir, write)
+
+
+_WEIGHT_FILES = (".bin", ".safetensors", ".h5", ".msgpack", ".ckpt", ".index.json")
+
+
+def _kept_entries(folder: Path, written: set[str]) -> list[Path]:
+    """Return what an export replacing `folder` keeps: every entry it does not write itself.
+
+    Weights it did not write (another format, or shards) are refused: beside the new
+    model.safetensors they would make the folder two models at once.
+    """
+    kept = sorted(e for e in folder.iterdir() if e.name not in written)
+    weights = [e.name for e in kept if e.name.endswith(_WEIGHT_FILES)]
+    if weights:
+        raise OutputFolderTakenError(
+            f"'{folder}' also holds {', '.join(weights)}: weights that this export would not "
+            f"replace; move them out first, or export to a new folder (nothing was written)")
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------

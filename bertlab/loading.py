@@ -15,6 +15,7 @@ from bertlab.checkpoint import latest_checkpoint, load_run
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
 from bertlab.model import BertForPreTraining
+from bertlab.tokenizer import check_tokenizer_fits
 from bertlab.util import describe_kind, folder_kind
 
 _MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
@@ -46,7 +47,7 @@ def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf"))
 
 
 def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
-               require_tokenizer: bool = False, exact_vocab: bool = False,
+               require_tokenizer: bool = False,
                ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
     """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder.
 
@@ -57,9 +58,7 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
 
     The tokenizer is the folder's own (tokenizer.json, or vocab.txt in a Hugging Face folder);
     None when there is none, unless `require_tokenizer`, which makes its absence a ValueError.
-    A tokenizer with more tokens than the model's vocabulary is refused (its ids would index
-    past the embedding table); a smaller one is fine (a vocabulary padded for speed) unless
-    `exact_vocab` (what an export needs).
+    A tokenizer whose size is not the model's vocabulary is refused (`check_tokenizer_fits`).
     """
     path = Path(path)
     if check_model_folder(path, kinds) == "run":
@@ -76,9 +75,5 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
                 raise
             tok = None
     if tok is not None:
-        size, model_size = tok.get_vocab_size(), model.config.vocab_size
-        if size > model_size or (exact_vocab and size != model_size):
-            raise ValueError(f"{path}: the tokenizer has {size} tokens but the model's "
-                             f"vocabulary has {model_size}, so it is not the tokenizer the "
-                             f"model was trained with; put that one there (tokenizer.json)")
+        check_tokenizer_fits(tok, model.config.vocab_size, str(path))
     return model, tok

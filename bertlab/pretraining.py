@@ -25,7 +25,7 @@ from bertlab.device import autocast_context, to_device
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
-from bertlab.tokenizer import special_ids
+from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
 
 # The parameters only some objective trains (the pooler and the pair head on [CLS]).
@@ -248,6 +248,7 @@ def fill_mask(model: BertForPreTraining, tokenizer: Tokenizer, text: str,
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    check_tokenizer_fits(tokenizer, model.config.vocab_size, "fill_mask")
     mask_id = special_ids(tokenizer).mask
     encoding = tokenizer.encode(text)
     if mask_id not in encoding.ids:

@@ -152,6 +152,7 @@ def prepare_shards(
         summary.update(_write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
                                      vocab_size=tokenizer.get_vocab_size(), settings=settings,
                                      counts=counts))
+        _check_some_pairs(summary["splits"], label)
         atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
         check_output_folder(out, "out_dir")  # nothing may have appeared there in the meantime
 
@@ -161,6 +162,20 @@ def prepare_shards(
     summary["out_dir"] = str(out)
     summary["tokenizer"] = str(out / "tokenizer.json")
     return summary
+
+
+def _check_some_pairs(splits: dict[str, dict[str, Any]], label: str) -> None:
+    """Refuse shards without a single training pair (nothing is written): say why."""
+    train = splits.get("train", splits.get("all", {}))
+    if train.get("examples", 1) > 0:
+        return
+    seen, one = train.get("documents", 0), train.get("one_sentence_docs_skipped", 0)
+    why = (f"all {seen} of its documents have one sentence, and an NSP pair needs a document of "
+           f"at least two (A, then the B that follows it)" if seen and one == seen else
+           f"its {seen} documents gave no [CLS] A [SEP] B [SEP] pair")
+    raise ValueError(f"{label} has no training pairs: {why}; give documents of several "
+                     f"sentences (a blank line separates documents in a .txt file, so check "
+                     f"that one is not put after every sentence) (nothing was written)")
 
 
 def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:

@@ -433,6 +433,20 @@ def chinese_word_ids(
     return all_ids, total
 
 
+def check_tokenizer_fits(tokenizer: Tokenizer, vocab_size: int, where: str) -> None:
+    """Raise ValueError unless `tokenizer` has exactly the model's `vocab_size` tokens.
+
+    The one check for every place that pairs a model with a tokenizer: with fewer tokens the
+    ids mean other words (silently wrong answers), with more they index past the embedding
+    table. `where` names the input in the message.
+    """
+    size = tokenizer.get_vocab_size()
+    if size != vocab_size:
+        raise ValueError(f"{where}: the tokenizer has {size} tokens but the model's vocabulary "
+                         f"has {vocab_size}, so it is not the tokenizer the model was trained "
+                         f"with; use that one (bertlab.load_model returns the model with its own)")
+
+
 def check_same_vocabulary(tok: Tokenizer, name: str, reference: Tokenizer, reference_name: str,
                           fix: str) -> None:
     """Raise a ValueError naming both tokenizers unless they have the same vocabulary."""

@@ -279,8 +279,7 @@ class FolderLock:
             handle.seek(0)
             holder = handle.read().strip() or "another process"
             handle.close()
-            raise ValueError(f"{self.what} {self.folder} is in use by {holder}; wait for it to "
-                             f"finish (or stop it), or choose another folder") from None
+            raise in_use_error(self.what, self.folder, holder) from None
         handle.seek(0)
         handle.truncate()
         command = " ".join(sys.argv) or sys.executable
@@ -301,6 +300,27 @@ class FolderLock:
             _unlock(handle)
             handle.close()
             del _HELD[key]
+
+
+def in_use_error(what: str, folder: Path, holder: str) -> ValueError:
+    """Return the error for a folder whose lock another process holds."""
+    return ValueError(f"{what} {folder} is in use by {holder}; wait for it to finish (or stop "
+                      f"it), or choose another folder")
+
+
+def lock_holder(folder: str | Path) -> str | None:
+    """Return who holds `folder`'s lock ("process N on HOST ..."), or None if no other process
+    does; the lock file is only looked at, never written."""
+    path = Path(folder) / LOCK_NAME
+    if not path.is_file() or Path(folder).resolve() in _HELD:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        try:
+            _lock(handle)
+        except OSError:
+            return handle.read().strip() or "another process"
+        _unlock(handle)
+    return None
 
 
 def _lock(handle: Any) -> None:

@@ -69,6 +69,10 @@ def world(tmp_path_factory) -> dict[str, str]:
     (root / "other" / "notes.txt").write_text("my own notes\n")
     paths.update(file=root / "file", other=root / "other", empty=root / "empty")
     (root / "empty").mkdir()
+    paths["one_sentence"] = root / "one-sentence-docs"
+    paths["one_sentence"].mkdir()
+    for i, doc in enumerate(docs[:30]):
+        (paths["one_sentence"] / f"review{i:02d}.txt").write_text(doc.sentences[0] + "\n")
     paths["one_doc"] = root / "one-doc"
     paths["one_doc"].mkdir()
     (paths["one_doc"] / "a.txt").write_text(docs[0].text, encoding="utf-8")
@@ -87,6 +91,17 @@ def world(tmp_path_factory) -> dict[str, str]:
     shutil.copy(run / "run.json", paths["run_no_ckpt"] / "run.json")
     paths["run_big_tok"] = _copy(run, root / "run-big-tokenizer")
     shutil.copy(tok_400, paths["run_big_tok"] / "tokenizer.json")
+    tok_200 = save_tokenizer(train_tokenizer(docs[:40], vocab_size=200), root / "tok-200.json")
+    paths["run_small_tok"] = _copy(run, root / "run-small-tokenizer")
+    shutil.copy(tok_200, paths["run_small_tok"] / "tokenizer.json")
+    paths["tok_400_json"] = tok_400
+    paths["run_bad_json"] = _copy(run, root / "run-bad-json")
+    text = (run / "run.json").read_text()
+    (paths["run_bad_json"] / "run.json").write_text(text[: len(text) // 2])  # a cut-off write
+    paths["jsonl"] = root / "notes.jsonl"
+    paths["jsonl"].write_text('{"text": "The market fell. Shares dropped."}\n' * 20)
+    paths["csv"] = root / "reviews.csv"
+    paths["csv"].write_text("id,text\n1,The film was long. I liked it.\n" * 20)
     paths["hf_big_tok"] = _copy(hf, root / "hf-big-tokenizer")
     shutil.copy(tok_400, paths["hf_big_tok"] / "tokenizer.json")
     paths["hf_no_weights"] = _copy(hf, root / "hf-no-weights", drop="model.safetensors")
@@ -161,6 +176,8 @@ CASES = [
      ["--out {file}/run", "{file} is a file"]),
     ("pretrain-resume-new-folder", "pretrain --corpus {corpus} --out {root}/new --resume TINY",
      ["--resume", "{root}/new", "no checkpoint"]),
+    ("pretrain-into-a-run-that-never-saved", "pretrain --corpus {corpus} --out {run_no_ckpt} TINY",
+     ["--out {run_no_ckpt}", "before its first checkpoint", "run.json", "delete the folder"]),
     ("pretrain-resume-run-without-checkpoint",
      "pretrain --corpus {corpus} --out {run_no_ckpt} --resume TINY",
      ["--resume", "{run_no_ckpt}", "no checkpoint"]),
@@ -200,6 +217,47 @@ CASES = [
      ["hidden_size=32", "num_heads=3"]),
     ("pretrain-unknown-preset", "pretrain --corpus {corpus} --out {root}/new TINY --preset huge",
      ["unknown preset 'huge'"]),
+    # settings that would train on nothing, or grow the model unasked
+    ("pretrain-mlm-probability-0",
+     "pretrain --corpus {corpus} --out {root}/new TINY --mlm-probability 0",
+     ["--mlm-probability 0", "learn nothing"]),
+    ("pretrain-max-seq-len-past-512-positions",
+     "pretrain --corpus {corpus} --out {root}/new TINY --max-seq-len 100000",
+     ["--max-seq-len 100000", "--max-position-embeddings 512", "--max-position-embeddings 100000"]),
+    # a setting named by the flag the user typed
+    ("pretrain-lr-negative", "pretrain --corpus {corpus} --out {root}/new TINY --lr -1",
+     ["--lr must be a positive number"]),
+    ("pretrain-warmup-past-the-run",
+     "pretrain --corpus {corpus} --out {root}/new TINY --warmup-steps 5",
+     ["--warmup-steps=5", "max_steps=2"]),
+    # a resume that would continue with other settings than the run's
+    ("pretrain-resume-with-another-lr", "pretrain --corpus {corpus} --out {run} --resume TINY --lr 0.5",
+     ["--resume", "started with --lr 0.001", "this resume has 0.5", "pass --lr 0.001"]),
+    ("pretrain-resume-with-another-mlm-probability",
+     "pretrain --corpus {corpus} --out {run} --resume TINY --mlm-probability 0.2",
+     ["started with --mlm-probability 0.4", "this resume has 0.2"]),
+    ("pretrain-resume-run-json-cut-off",
+     "pretrain --corpus {corpus} --out {run_bad_json} --resume TINY",
+     ["{run_bad_json}/run.json", "not valid JSON", "new run"]),
+    # files whose syntax is not text
+    ("pretrain-corpus-jsonl", "pretrain --corpus {jsonl} --out {root}/new TINY",
+     ["{jsonl}", "JSON Lines file", ".txt"]),
+    ("prepare-corpus-csv", "prepare --corpus {csv} --out {root}/new", ["{csv}", "CSV file", ".txt"]),
+    # a device this machine does not have
+    ("pretrain-device-mps-missing", "pretrain --corpus {corpus} --out {root}/new TINY --device mps",
+     ["device='mps'", "not available here"]),
+    ("pretrain-device-cuda-missing",
+     "pretrain --corpus {corpus} --out {root}/new TINY --device cuda:3",
+     ["device='cuda:3'", "not available here"]),
+    ("finetune-device-mps-missing", "finetune {run} --methods tf-idf --device mps",
+     ["device='mps'", "not available here"]),
+    # a resume that would train another objective
+    ("pretrain-resume-with-another-objective",
+     "pretrain --corpus {corpus} --out {run} --resume TINY --nsp",
+     ["objective mlm, this resume has mlm,nsp", "--objectives"]),
+    ("pretrain-sop-on-nsp-shards",
+     "pretrain --corpus {shards} --out {root}/new TINY --objectives mlm,sop",
+     ["--objectives mlm,sop", "{shards}", "hold NSP pairs"]),
     # prepare
     ("prepare-out-is-a-file", "prepare --corpus {corpus} --out {file}",
      ["--out {file}", "is a file"]),
@@ -212,6 +270,10 @@ CASES = [
     # refused once the folders are made: they must go again
     ("prepare-corpus-missing", "prepare --corpus {root}/nope --out {root}/new/deeper/shards",
      ["{root}/nope"]),
+    ("prepare-one-sentence-documents", "prepare --corpus {one_sentence} --out {root}/new",
+     ["{one_sentence}", "no training pairs", "have one sentence", "at least two"]),
+    ("pretrain-one-sentence-documents", "pretrain --corpus {one_sentence} --out {root}/new TINY",
+     ["no examples to load", "have one sentence", "at least two"]),
     ("prepare-corpus-of-one-document", "prepare --corpus {one_doc} --out {root}/new",
      ["{one_doc}", "1 document"]),
     # export-hf
@@ -227,6 +289,12 @@ CASES = [
     ("export-under-a-file", "export-hf {run} {file}/hf", ["{file}/hf", "{file} is a file"]),
     ("export-into-other-files", "export-hf {run} {other}", ["{other}", "other files"]),
     ("export-into-the-run", "export-hf {run} {run}", ["out_dir {run}", "pretraining run"]),
+    ("export-into-the-runs-checkpoints", "export-hf {run} {run}/checkpoints/hf",
+     ["{run}/checkpoints/hf", "inside the run folder {run}"]),
+    ("export-into-a-folder-inside-the-run", "export-hf {run} {run}/hf",
+     ["{run}/hf", "inside the run folder {run}"]),
+    ("export-onto-an-export-unasked", "export-hf {run} {hf}",
+     ["{hf}", "already holds a Hugging Face export", "--overwrite"]),
     ("export-into-shards", "export-hf {run} {shards}", ["{shards}", "prepared NSP shards"]),
     ("export-tokenizer-larger-than-model", "export-hf {run_big_tok} {root}/new",
      ["{run_big_tok}", "400 tokens", "has 300"]),
@@ -249,6 +317,12 @@ CASES = [
      ["{run_big_tok}", "400 tokens", "has 300"]),
     ("fill-mask-hf-tokenizer-larger-than-model", "fill-mask {hf_big_tok} 'the [MASK] fell'",
      ["{hf_big_tok}", "400 tokens", "has 300"]),
+    ("fill-mask-run-tokenizer-smaller-than-model", "fill-mask {run_small_tok} 'the [MASK] fell'",
+     ["{run_small_tok}", "200 tokens", "has 300", "not the tokenizer the model was trained with"]),
+    ("finetune-run-tokenizer-smaller-than-model", "finetune {run_small_tok} --methods tf-idf",
+     ["{run_small_tok}", "200 tokens", "has 300"]),
+    ("export-tokenizer-smaller-than-model", "export-hf {run_small_tok} {root}/new",
+     ["{run_small_tok}", "200 tokens", "has 300"]),
     ("fill-mask-run-nan-weights", "fill-mask {run_nan} 'the [MASK] fell'",
      ["{run_nan}", "NaN or inf", "diverged"]),
     ("fill-mask-hf-nan-weights", "fill-mask {hf_nan} 'the [MASK] fell'",
@@ -570,3 +644,50 @@ import os; print('entries', sorted(os.listdir('{disk}/run/checkpoints')))"
                                  "step-00000015", "still", "step-00000010", "--resume"])
     assert "loads step-00000010" in out and "loads step-00000005" in out
     assert "entries ['step-00000005', 'step-00000010']" in out  # no half-written folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Data loss: an export never deletes what it did not write; a name that is also a folder here
+
+
+def test_overwriting_an_export_keeps_the_users_files_and_refuses_foreign_weights(world, tmp_path):
+    hf = Path(shutil.copytree(world["hf"], tmp_path / "hf"))
+    (hf / "README.md").write_text("# my model card\n")
+    (hf / "notes").mkdir()
+    (hf / "notes" / "eval.txt").write_text("kept\n")
+    assert main(["export-hf", world["run"], str(hf), "--overwrite"]) == 0
+    assert (hf / "README.md").read_text() == "# my model card\n"
+    assert (hf / "notes" / "eval.txt").read_text() == "kept\n"
+    assert load_hf(hf) is not None
+    (hf / "pytorch_model.bin").write_bytes(b"another model")
+    before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="pytorch_model.bin: weights that this export would not"):
+        save_hf(load_hf(hf), None, hf)
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_a_corpus_name_that_is_also_a_folder_here_is_refused_naming_both(world, tmp_path,
+                                                                        monkeypatch, capsys):
+    (tmp_path / "bbc").mkdir()
+    (tmp_path / "bbc" / "a.txt").write_text("My own text. It has two sentences.\n")
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
+    assert main(["pretrain", "--corpus", "bbc", "--out", str(tmp_path / "run"), *TINY]) == 2
+    assert_one_clear_error(capsys.readouterr().err, ["corpus 'bbc'", "built-in", "./bbc"])
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_the_api_pairs_a_model_only_with_a_tokenizer_of_its_size(world):
+    from tokenizers import Tokenizer
+
+    from bertlab.finetune import FinetuneConfig, finetune_classifier
+    from bertlab.pretraining import fill_mask
+
+    model, _ = load_run(world["run"])
+    larger = Tokenizer.from_file(world["tok_400_json"])
+    with pytest.raises(ValueError, match="fill_mask: the tokenizer has 400 tokens but the "
+                                         "model's vocabulary has 300"):
+        fill_mask(model, larger, "the [MASK] fell")
+    with pytest.raises(ValueError, match="finetune_classifier: the tokenizer has 400 tokens"):
+        finetune_classifier(model, load_corpus("bbc")[::40], tokenizer=larger,
+                            config=FinetuneConfig(epochs=0.1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -98,7 +99,9 @@ def test_pretrain_resume_fill_mask_export_end_to_end(corpus, tmp_path, capsys):
     assert main(["export-hf", str(run), str(hf)]) == 0
     assert capsys.readouterr().out.startswith(f"wrote {hf}")
     assert (hf / "config.json").is_file() and (hf / "model.safetensors").is_file()
-    assert main(["export-hf", str(run), str(hf)]) == 0  # an earlier export may be replaced
+    assert main(["export-hf", str(run), str(hf)]) == 2  # an earlier export is kept...
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["export-hf", str(run), str(hf), "--overwrite"]) == 0  # ...unless asked
     assert capsys.readouterr().out.startswith(f"replaced the previous export in {hf}")
     assert main(["fill-mask", str(hf), "the [MASK] fell sharply", "--top-k", "3"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[:2] == lines[:2]  # same model, same guesses
@@ -147,14 +150,20 @@ def test_out_that_is_a_file_and_a_mismatched_resume(corpus, tmp_path, capsys):
     assert "hidden_size: checkpoint 32 vs model 64" in capsys.readouterr().err
 
 
-def test_a_run_that_never_saved_a_checkpoint_can_be_started_again(corpus, tmp_path, capsys):
-    # A run stopped before its first checkpoint holds run.json and tokenizer.json only: nothing
-    # to resume, nothing to lose.
+def test_a_run_that_never_saved_a_checkpoint_is_kept_until_the_user_removes_it(corpus, tmp_path,
+                                                                              capsys):
+    # A run stopped before its first checkpoint (a full disk, say) holds run.json, the history
+    # and tokenizer.json: nothing to resume, but a new run must not replace them unasked.
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text("{}")
-    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "1",
-                 *SMALL]) == 0
+    (run / "history.json").write_text("[]")
+    argv = ["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "1", *SMALL]
+    assert main(argv) == 2
+    assert "stopped before its first checkpoint (history.json, run.json)" in capsys.readouterr().err
+    assert (run / "run.json").read_text() == "{}"
+    shutil.rmtree(run)
+    assert main(argv) == 0
     assert "done: 1 steps" in capsys.readouterr().out
     assert json.loads((run / "run.json").read_text())["train"]["max_steps"] == 1
 
