@@ -16,6 +16,7 @@ Taught in notebooks/03_nsp_data.ipynb.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -104,6 +105,23 @@ class NspDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    def digest(self) -> str:
+        """Return a short SHA-256 of the examples (their ids, segments and labels), not of the masks.
+
+        What a resume compares: two corpora that give as many examples still differ here. Shards
+        are told apart by their meta.json and document list, without reading every token.
+        """
+        h = hashlib.sha256()
+        if isinstance(self.examples, ShardExamples):
+            for name in ("meta.json", "docs.txt"):
+                if (self.examples.folder / name).is_file():
+                    h.update((self.examples.folder / name).read_bytes())
+            return h.hexdigest()[:16]
+        for ex in self.examples:
+            h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())
+            h.update(bytes((ex.a_len % 256, ex.next_sentence_label)))
+        return h.hexdigest()[:16]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         ex = self.examples[index]

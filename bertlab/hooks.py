@@ -133,7 +133,8 @@ class RunHooks:
             None if out_dir is None else Path(out_dir))
         dataset = getattr(train_loader, "dataset", None)
         self.data = {"data_seed": getattr(train_loader, "seed", None),
-                     "train_examples": len(dataset) if hasattr(dataset, "__len__") else None}
+                     "train_examples": len(dataset) if hasattr(dataset, "__len__") else None,
+                     "train_digest": dataset.digest() if hasattr(dataset, "digest") else None}
         self.objective = objective.name
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loader = val_loader
@@ -176,6 +177,9 @@ class RunHooks:
                          self.config.grad_accum, *self.data.values(), objective=self.objective)
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
             run = RunState(**{f.name: saved[f.name] for f in fields(RunState)})
+            # The training loss and speed since the last history row go on where they stopped
+            # (checkpoints written before they were saved start a new window).
+            self.window = Window(**saved.get("window", {}))
             restore_rng(saved, self.device, self.rank, self.world)
         self.model, self.first_step = model, run.step
         self.batches = DataPosition(train_loader, run.epoch, run.offset)
@@ -226,7 +230,7 @@ class RunHooks:
             run.elapsed_s = time.perf_counter() - self.clock
             self.clock += self._evaluate(run)
         if self.config.checkpoint_interval and run.step % self.config.checkpoint_interval == 0:
-            self.checkpoint = self.saver.save(asdict(run), self.rng)
+            self.checkpoint = self.saver.save(self._state(run), self.rng)
 
     def diverged(self, run: RunState, error: FloatingPointError) -> FloatingPointError:
         """Return the error for a NaN/inf loss: the step, the newest checkpoint and the fix."""
@@ -239,7 +243,7 @@ class RunHooks:
     def interrupted(self, run: RunState, stop: KeyboardInterrupt) -> None:
         """Save a checkpoint after Ctrl-C or SIGTERM (with a run folder), saying where it went."""
         if self.out is not None:
-            self.saver.save_on_interrupt(stop, asdict(run), self.rng)
+            self.saver.save_on_interrupt(stop, self._state(run), self.rng)
 
     def finish(self, run: RunState) -> TrainResult:
         """Return the run's result after a last evaluation and checkpoint, unless the last step
@@ -250,13 +254,17 @@ class RunHooks:
                 not run.history or run.history[-1]["step"] != run.step):
             self._evaluate(run)
         if self.out is not None and self.saver.saved_step != run.step:
-            self.checkpoint = self.saver.save(asdict(run), self.rng)
+            self.checkpoint = self.saver.save(self._state(run), self.rng)
         elif self.out is not None and self.is_main:
             self.checkpoint = latest_checkpoint(self.out)
         return TrainResult(history=run.history, step_losses=self.step_losses,
                            first_step=self.first_step, steps=run.step, tokens=run.tokens,
                            elapsed_s=run.elapsed_s, stopped_by=self.stopped_by, out_dir=self.out,
                            checkpoint=self.checkpoint, config=self.config)
+
+    def _state(self, run: RunState) -> dict[str, Any]:
+        # What a checkpoint saves of the run: its state, and the window of the next history row.
+        return {**asdict(run), "window": asdict(self.window)}
 
     def _close_bar(self) -> None:
         if self.bar is not None:

@@ -127,12 +127,14 @@ def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
 
 
 def check_resume(saved: dict, checkpoint: Path, batch_size: int, grad_accum: int,
-                 data_seed: int | None, examples: int | None, objective: str | None = None) -> None:
+                 data_seed: int | None, examples: int | None, digest: str | None = None,
+                 objective: str | None = None) -> None:
     """Refuse a resume that would train on other batches, or another loss, than the run it
     continues.
 
     What decides which examples each step sees: the global batch, its split into
-    micro-batches, the data seed and the number of training examples; and the objective (e.g.
+    micro-batches, the data seed and the training examples (their number, and a digest of
+    them: another corpus of the same size differs there); and the objective (e.g.
     "mlm+nsp") decides what is learned from them. A ValueError names the setting and both values.
     """
     train = saved.get("train_config") or {}
@@ -142,7 +144,9 @@ def check_resume(saved: dict, checkpoint: Path, batch_size: int, grad_accum: int
               ("grad_accum", train.get("grad_accum"), grad_accum, "--grad-accum"),
               ("data seed", saved.get("data_seed"), data_seed, "--data-seed"),
               ("number of training examples", saved.get("train_examples"), examples,
-               "the same corpus and --max-seq-len")]
+               "the same corpus and --max-seq-len"),
+              ("training examples' digest", saved.get("train_digest"), digest,
+               "the same corpus, tokenizer and --max-seq-len")]
     for name, before, now, fix in checks:
         if before is not None and now is not None and before != now:
             raise ValueError(f"checkpoint {checkpoint} was trained with {name} {before}, this "

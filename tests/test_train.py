@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -519,3 +520,36 @@ def test_evaluate_counts_every_target_once(tok, examples):
                             "mask_unigram_accuracy", "mask_unigram_loss", *kinds}
     assert list(metrics)[0] == "mask_accuracy"  # the headline comes first
 
+
+
+def test_the_first_history_row_after_a_resume_counts_every_step_since_the_last_row(tok, examples,
+                                                                                    tmp_path):
+    # Rows at steps 5 and 10; the run is stopped after step 7, so the row at step 10 must average
+    # steps 6-10 as the uninterrupted run's does, not only the three steps after the resume.
+    config = quiet(max_steps=10, lr=3e-3, checkpoint_interval=4, eval_interval=5)
+    train, _ = loaders(examples, tok, n_train=40)
+    full = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "full")
+    train, _ = loaders(examples, tok, n_train=40)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(make_model(tok), InterruptAt(train, 8), None, config, out_dir=tmp_path / "cut")
+    train, _ = loaders(examples, tok, n_train=40)
+    resumed = pretrain(make_model(tok, seed=123), train, None, config, out_dir=tmp_path / "cut",
+                       resume=True)
+    assert [row["step"] for row in resumed.history] == [5, 10]
+    assert resumed.history[-1]["train_loss"] == pytest.approx(full.history[-1]["train_loss"],
+                                                              abs=1e-6)
+    assert resumed.history[-1]["train_loss"] == pytest.approx(
+        sum(full.step_losses[5:10]) / 5, abs=1e-6)
+
+
+def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, tmp_path):
+    config = quiet(max_steps=4, checkpoint_interval=2)
+    train, _ = loaders(examples, tok, n_train=40)
+    pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "run")
+    other = [dataclasses.replace(e, input_ids=[e.input_ids[0], *reversed(e.input_ids[1:-1]),
+                                                e.input_ids[-1]]) for e in examples[:40]]
+    assert len(other) == len(train.dataset)  # the same number of examples...
+    swapped = pretraining_loader(other, tok, split=None, batch_size=8, seed=0)
+    with pytest.raises(ValueError, match="training examples' digest .* this resume has"):
+        pretrain(make_model(tok), swapped, None, quiet(max_steps=6, checkpoint_interval=2),
+                 out_dir=tmp_path / "run", resume=True)  # ...but other text
