@@ -426,3 +426,36 @@ def test_run_and_data_folders_are_ignored_and_make_test_lints():
     assert "/runs/" in ignored and "/data/" in ignored
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^test: .*\blint\b", makefile, flags=re.M), "make test must run the linter"
+
+
+# --------------------------------------------------------------------------------------------
+# Committed records name paths relative to the repository, never one machine's
+
+_MACHINE_PATH = re.compile(r"""(?:^|[\s"'=:(])(/(?:work|home|root|tmp|Users|mnt|opt|var)/[\w.+-]+)""")
+
+
+def _committed_texts() -> list[tuple[str, str]]:
+    texts = [(p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8"))
+             for p in sorted((ROOT / "benchmarks" / "results").glob("*.json*"))
+             + sorted(ROOT.glob("models/*/MANIFEST.json"))]
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for out in cell.get("outputs", []):
+                text = out.get("text") or "".join(out.get("data", {}).get("text/plain", []))
+                texts.append((path.name, "".join(text) if isinstance(text, list) else text))
+    return texts
+
+
+def test_committed_records_and_outputs_hold_no_machine_paths():
+    texts = _committed_texts()
+    assert len(texts) > 100 and any("benchmarks/results" in name for name, _ in texts)
+    found = sorted({f"{name}: {m.group(1)}" for name, text in texts
+                    for m in _MACHINE_PATH.finditer(text)})
+    assert not found, "absolute paths of one machine (store them relative to the repo):\n" + \
+        "\n".join(found)
+
+
+def test_the_machine_path_check_sees_one():
+    assert _MACHINE_PATH.search('"out": "/work/main/runs/x.json"')
+    assert _MACHINE_PATH.search("--out /tmp/abc/run")
+    assert not _MACHINE_PATH.search('"out": "runs/x.json", "ratio": "3/4"')
