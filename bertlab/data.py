@@ -120,7 +120,7 @@ class NspDataset(Dataset):
             return h.hexdigest()[:16]
         for ex in self.examples:
             h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())
-            h.update(bytes((ex.a_len % 256, ex.next_sentence_label)))
+            h.update(bytes((ex.a_len % 256, ex.next_sentence_label % 256)))
         return h.hexdigest()[:16]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -366,8 +366,9 @@ def pretraining_loader(
     `docs_or_examples`: Documents (those whose `split` matches are turned into sentence pairs
     with `seed`; `split=None` takes all), pair examples (used as given; pass `split=None`), or a
     shard folder from `prepare_shards` (its `split` sub-folder, or the folder itself). `pairs`
-    says how pairs are built from Documents (`bertlab.objectives`): "nsp" (B follows A, or comes
-    from another document) or "sop" (A and B back to back, swapped half the time).
+    says how examples are built from Documents (`bertlab.objectives`): "nsp" (B follows A, or
+    comes from another document), "sop" (A and B back to back, swapped half the time) or
+    "single" ([CLS] text [SEP] with no pair label, for masked LM alone: `bertlab.single`).
     `word_ids`: with NSP examples, one word-id list per example (`bertlab.zh.nsp_word_ids`), so
     `whole_word=True` masks those words (the Chinese path) instead of "##" words.
 
@@ -395,11 +396,13 @@ def pretraining_loader(
                          dupe_factor=dupe_factor)
     if len(dataset) == 0:
         info = getattr(examples, "info", {})
-        why = (f": all {info['documents']} documents have one sentence, and a sentence pair "
-               f"needs a document of at least two" if info.get("documents") and
-               info.get("one_sentence_docs") == info["documents"] else "")
-        raise ValueError(f"pretraining_loader: no examples to load{why}; check the corpus and "
-                         f"split")
+        if info.get("documents") and info.get("one_sentence_docs") == info["documents"]:
+            raise ValueError(
+                f"pretraining_loader: no examples to load: all {info['documents']} documents "
+                f"have one sentence, and a sentence pair needs a document of at least two; to "
+                f"train masked LM alone on such text, pass pairs='single' ([CLS] text [SEP]; "
+                f"the CLI's --objectives mlm --segments single)")
+        raise ValueError("pretraining_loader: no examples to load; check the corpus and split")
 
     collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
                                   pad_to_multiple_of=pad_to_multiple_of,

@@ -371,9 +371,13 @@ def format_pair(example: NspExample, tokenizer: Tokenizer, width: int = 96) -> s
     Taught in notebooks/03_nsp_data.ipynb.
     """
     tokens = [tokenizer.id_to_token(i) or "?" for i in example.input_ids]
-    label = "IsNext" if example.next_sentence_label == IS_NEXT else "NotNext"
-    lines = [f"{label} (next_sentence_label={example.next_sentence_label}), "
-             f"len(A)={example.a_len}, len(B)={example.b_len}"]
+    label = {IS_NEXT: "IsNext", NOT_NEXT: "NotNext"}.get(example.next_sentence_label)
+    if label is None:  # a single segment (bertlab.single): no pair, no label
+        lines = [f"one segment, no pair label (next_sentence_label="
+                 f"{example.next_sentence_label}), len(text)={example.a_len}"]
+    else:
+        lines = [f"{label} (next_sentence_label={example.next_sentence_label}), "
+                 f"len(A)={example.a_len}, len(B)={example.b_len}"]
     top, bottom = "", ""
     for token, segment in zip(tokens, example.token_type_ids, strict=True):
         cell = max(len(token), 1) + 1

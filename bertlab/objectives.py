@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bertlab.nsp import create_nsp_examples
+from bertlab.single import create_single_examples
 from bertlab.sop import create_sop_examples
 
 
@@ -49,6 +50,10 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
                          pairs=create_sop_examples, trains=_PAIR_HEAD),
 }
 PAIRS_FOR_MLM_ONLY = "nsp"  # masked LM alone still reads [CLS] A [SEP] B [SEP] pairs, built as NSP's
+# Masked LM alone may instead read single segments, [CLS] text [SEP] (`bertlab.single`): the
+# input for text whose documents have one sentence each, where no pair exists.
+SINGLE = "single"
+INPUTS = ("pairs", SINGLE)  # what --segments chooses between
 
 
 def check_objectives(objectives: Sequence[str] | str, where: str = "objectives") -> tuple[str, ...]:
@@ -80,14 +85,27 @@ def pair_objective(objectives: Sequence[str]) -> str | None:
     return next((n for n in objectives if OBJECTIVES[n].pairs is not None), None)
 
 
-def pairs_of(objectives: Sequence[str]) -> str:
-    """Return the name of the pairs a run with these objectives trains on (a key of OBJECTIVES)."""
-    return pair_objective(objectives) or PAIRS_FOR_MLM_ONLY
+def pairs_of(objectives: Sequence[str], segments: str = "pairs") -> str:
+    """Return how the examples of a run with these objectives are built: "nsp", "sop" (keys of
+    OBJECTIVES) or "single", for masked LM alone with `segments="single"`."""
+    if segments not in INPUTS:
+        raise ValueError(f"segments={segments!r} is not known; choose from {', '.join(INPUTS)}")
+    pair = pair_objective(objectives)
+    if segments == SINGLE:
+        if pair is not None:
+            raise ValueError(f"{pair} trains on sentence pairs, so its input cannot be single "
+                             f"segments; train masked LM alone (objectives mlm) on single "
+                             f"segments, or keep pairs")
+        return SINGLE
+    return pair or PAIRS_FOR_MLM_ONLY
 
 
 def pair_builder(pairs: str) -> Callable:
-    """Return the function that builds the examples of `pairs` ("nsp" or "sop") from documents."""
+    """Return the function that builds the examples of `pairs` ("nsp", "sop" or "single")."""
+    if pairs == SINGLE:
+        return create_single_examples
     if pairs not in OBJECTIVES or OBJECTIVES[pairs].pairs is None:
-        choices = ", ".join(n for n, spec in OBJECTIVES.items() if spec.pairs is not None)
+        choices = ", ".join([*(n for n, spec in OBJECTIVES.items() if spec.pairs is not None),
+                             SINGLE])
         raise ValueError(f"pairs={pairs!r} is not a pair objective; choose from {choices}")
     return OBJECTIVES[pairs].pairs

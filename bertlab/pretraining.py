@@ -126,7 +126,8 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     and `perplexity` (exp(mlm_loss)) come `mask_accuracy`/`mask_loss`, `random_*` and `kept_*`,
     and the bar a model without context reaches on the same [MASK] targets:
     `mask_unigram_accuracy` (always the most frequent of them) and `mask_unigram_loss` (their
-    unigram entropy, in nats). Then `nsp_loss` and `nsp_accuracy`. Sums run over every
+    unigram entropy, in nats). Then `nsp_loss` and `nsp_accuracy`, when the batches have pair
+    labels (single segments, `bertlab.single`, have none). Sums run over every
     target, not per batch. The kinds need the [MASK] id: `mask_id`, or a bertlab loader's
     (else only the all-target and NSP figures are returned).
 
@@ -171,9 +172,9 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
                 total[f"{name}_loss"] = total.get(f"{name}_loss", 0.0) + losses[rows].sum().item()
             mask_targets.append(targets[kind["mask"]].cpu())
     model.train(was_training)
-    if total["targets"] == 0 or total["sequences"] == 0:
-        raise ValueError("evaluate: the loader gave no MLM targets or no sequences; check that "
-                         "it is not empty and that it masks tokens")
+    if total["targets"] == 0:
+        raise ValueError("evaluate: the loader gave no MLM targets; check that it is not empty "
+                         "and that it masks tokens")
     mlm_loss = total["mlm"] / total["targets"]
     metrics = {}
     if mask_id is not None:
@@ -183,9 +184,10 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
             metrics[f"{name}_loss"] = total[f"{name}_loss"] / n
         metrics.update(unigram_bar(torch.cat(mask_targets)))
     metrics.update({"mlm_loss": mlm_loss, "mlm_accuracy": total["mlm_correct"] / total["targets"],
-                    "perplexity": math.exp(min(mlm_loss, 50.0)),
-                    "nsp_loss": total["nsp"] / total["sequences"],
-                    "nsp_accuracy": total["nsp_correct"] / total["sequences"]})
+                    "perplexity": math.exp(min(mlm_loss, 50.0))})
+    if total["sequences"]:  # single segments have no pair label: no pair figure at all
+        metrics.update({"nsp_loss": total["nsp"] / total["sequences"],
+                        "nsp_accuracy": total["nsp_correct"] / total["sequences"]})
     return metrics
 
 

@@ -122,6 +122,27 @@ def test_mlm_only_pretraining_and_evaluation_only_at_the_ends(corpus, tmp_path, 
     assert [row["step"] for row in json.loads((run / "history.json").read_text())] == [0, 4]
 
 
+def test_one_sentence_documents_train_masked_lm_alone_as_single_segments(tmp_path, capsys):
+    reviews = tmp_path / "reviews"
+    reviews.mkdir()
+    for i, doc in enumerate(load_corpus("bbc")[:60]):  # one sentence per file, as reviews are
+        (reviews / f"r{i:02d}.txt").write_text(doc.sentences[0] + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    flags = ["pretrain", "--corpus", str(reviews), "--out", str(run), *SMALL]
+    assert main([*flags, "--max-steps", "3", "--no-nsp"]) == 2  # pairs: none exist
+    assert "--segments single" in capsys.readouterr().err
+    assert main([*flags, "--max-steps", "3", "--no-nsp", "--segments", "single"]) == 0
+    out = capsys.readouterr().out
+    assert "MLM only on single segments" in out and "NSP acc" not in out
+    assert main([*flags, "--max-steps", "6", "--no-nsp", "--resume"]) == 2
+    assert "started with --segments single" in capsys.readouterr().err
+    assert main([*flags, "--max-steps", "6", "--no-nsp", "--segments", "single",
+                 "--resume"]) == 0
+    history = json.loads((run / "history.json").read_text())
+    assert history[-1]["step"] == 6 and "val_mask_accuracy" in history[-1]
+    assert not any(k.startswith("val_nsp") for row in history for k in row)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--batch-size", "7", "--grad-accum", "2"], "not divisible by grad_accum=2"),

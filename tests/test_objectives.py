@@ -12,10 +12,11 @@ from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.document import Document
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import IS_NEXT, create_nsp_examples
+from bertlab.nsp import IS_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_builder, pairs_of
-from bertlab.pretraining import pretrain, pretraining_objective
+from bertlab.pretraining import evaluate, pretrain, pretraining_objective
 from bertlab.recipes import recipe
+from bertlab.single import SingleExample, create_single_examples
 from bertlab.sop import IN_ORDER, SWAPPED, SopExample, create_sop_examples
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig
@@ -133,6 +134,81 @@ def test_a_one_document_corpus_trains_sop_but_not_nsp(tok):
     assert pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32, pairs="sop")
     with pytest.raises(ValueError, match="NSP needs at least 2"):
         pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Single segments: masked LM alone on text without sentence pairs
+
+
+def _reviews(n=30):
+    """Documents of one sentence each, as reviews or tweets are."""
+    return [Document(id=f"r{i}", text=t, sentences=[t]) for i, t in enumerate(
+        f"review {i} says the film was {'good' if i % 2 else 'slow'} and the music loud."
+        for i in range(n))]
+
+
+def test_single_segments_pack_whole_sentences_of_one_document(docs, tok):
+    special = special_ids(tok)
+    examples = create_single_examples(docs, tok, max_seq_len=64, short_seq_prob=0.0, seed=3)
+    assert examples and all(isinstance(e, SingleExample) for e in examples)
+    by_doc: dict[int, list] = {}
+    for e in examples:
+        assert e.input_ids[0] == special.cls and e.input_ids[-1] == special.sep
+        assert len(e.input_ids) == e.a_len + 2 <= 64
+        assert special.sep not in e.input_ids[1:-1]  # one segment: no [SEP] inside
+        assert e.token_type_ids == [0] * len(e.input_ids)
+        assert e.next_sentence_label == -100  # no pair label: no pair loss, no pair figure
+        by_doc.setdefault(e.doc_index, []).append(e.sentences)
+    # Every sentence of every document is used once, in order, within its own document.
+    corpus = tokenize_corpus(docs, tok)
+    for d, sents in enumerate(corpus.sentences):
+        ranges = by_doc.get(d, [])
+        assert [r[0] for r in ranges] == [0, *(r[1] for r in ranges[:-1])]
+        assert (ranges[-1][1] if ranges else 0) == len(sents)
+    same = create_single_examples(docs, tok, max_seq_len=64, short_seq_prob=0.0, seed=3)
+    assert [e.input_ids for e in same] == [e.input_ids for e in examples]
+    with pytest.raises(ValueError, match="no pair label to balance"):
+        create_single_examples(docs, tok, balance="google")
+
+
+def test_one_sentence_documents_lose_nothing_as_single_segments(tok):
+    reviews = _reviews()
+    with pytest.raises(ValueError, match="have one sentence.*pairs='single'"):
+        pretraining_loader(reviews, tok, split=None, batch_size=4, max_seq_len=32)
+    loader = pretraining_loader(reviews, tok, split=None, batch_size=4, max_seq_len=32,
+                                pairs="single")
+    assert len(loader.dataset) == len(reviews)  # one example per review: no text skipped
+    batch = next(iter(loader))
+    assert batch["token_type_ids"].eq(0).all()
+    assert batch["next_sentence_label"].eq(-100).all()
+    metrics = evaluate(_tiny(tok), loader)
+    assert "mask_accuracy" in metrics and not any(k.startswith("nsp") for k in metrics)
+    assert pairs_of(("mlm",), "single") == "single"
+    with pytest.raises(ValueError, match="nsp trains on sentence pairs"):
+        pairs_of(("mlm", "nsp"), "single")
+
+
+def test_masked_lm_alone_trains_on_single_segments_and_resumes_exactly(tok, tmp_path):
+    config = TrainConfig(max_steps=6, batch_size=4, lr=3e-3, checkpoint_interval=None,
+                         eval_interval=3, progress=False, device="cpu")
+
+    def loader():
+        return pretraining_loader(_reviews(), tok, split=None, batch_size=4, max_seq_len=32,
+                                  seed=0, pairs="single")
+
+    model = _tiny(tok)
+    head = model.nsp.weight.detach().clone()
+    full = pretrain(model, loader(), loader(), config, out_dir=tmp_path / "full",
+                    objectives=("mlm",))
+    assert torch.equal(model.nsp.weight, head)  # no pair label reached the pair head
+    assert all(math.isfinite(x) for x in full.step_losses) and len(full.step_losses) == 6
+    assert not any(k.startswith("val_nsp") for row in full.history for k in row)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(_tiny(tok), InterruptAt(loader(), 4), None, config, out_dir=tmp_path / "cut",
+                 objectives=("mlm",))
+    resumed = pretrain(_tiny(tok, seed=1), loader(), None, config, out_dir=tmp_path / "cut",
+                       resume=True, objectives=("mlm",))
+    assert resumed.step_losses == full.step_losses[3:]  # bit for bit
 
 
 # ---------------------------------------------------------------------------------------------

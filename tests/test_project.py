@@ -185,7 +185,7 @@ LAYERS = (
     "util", "errors",                                                        # helpers
     "document", "sentences", "textfiles", "corpus", "wordpiece", "tokenizer",  # 01 text
     "draws", "masking",                                                      # 02 masking
-    "nsp", "sop", "objectives", "streaming", "shards", "data",               # 03 pairs, batches
+    "nsp", "sop", "single", "objectives", "streaming", "shards", "data",               # 03 pairs, batches
     "model", "classifier", "sizes", "hf",                                    # 04 encoder
     "device", "config", "checkpoint", "loading", "resume", "optim", "hooks", "train",
     "pretraining", "recipes",                                                # 05 pretraining

@@ -48,8 +48,9 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
     their unigram entropy as a loss. "all targets" also counts the 10% kept targets, which can
     be copied from the input, as BERT's own evaluation does.
     """
+    pair = any("val_nsp_accuracy" in row for row in history)  # no column for an untrained head
     lines = [f"{'step':>6} {'tokens':>10} {'train loss':>10} {'[MASK] acc':>10} "
-             f"{'[MASK] loss':>11} {'all targets':>11} {'NSP acc':>8}"]
+             f"{'[MASK] loss':>11} {'all targets':>11}" + (f" {'NSP acc':>8}" if pair else "")]
     nan = float("nan")
     for row in history:
         train_loss = row.get("train_loss")
@@ -57,7 +58,8 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
             f"{row['step']:>6} {row['tokens']:>10} "
             f"{'-' if train_loss is None else f'{train_loss:.3f}':>10} "
             f"{row.get('val_mask_accuracy', nan):>10.3f} {row.get('val_mask_loss', nan):>11.3f} "
-            f"{row.get('val_mlm_accuracy', nan):>11.3f} {row.get('val_nsp_accuracy', nan):>8.3f}")
+            f"{row.get('val_mlm_accuracy', nan):>11.3f}"
+            + (f" {row.get('val_nsp_accuracy', nan):>8.3f}" if pair else ""))
     last = history[-1] if history else {}
     bar = last.get("val_mask_unigram_accuracy") if baseline is None else baseline
     if bar is not None:

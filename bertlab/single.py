@@ -1,0 +1,120 @@
+"""Single-segment examples for masked LM alone: [CLS] text [SEP], built from any document.
+
+NSP and SOP pairs need documents of at least two sentences. Much of the text people bring
+does not have them: reviews, tweets, one line per Chinese sentence. A run that trains masked
+LM alone needs no pair, so it can read such text as single segments instead: consecutive
+sentences of one document packed up to the sequence length, never across a document boundary.
+RoBERTa (Liu et al. 2019, section 4.2) calls this input DOC-SENTENCES and found it slightly
+better than sentence pairs for masked LM.
+
+The examples carry no pair label (`next_sentence_label` is -100, "not predicted"): the pair
+head has nothing to learn or be scored on, and `bertlab.evaluate` reports no NSP figure.
+
+Taught in notebooks/03_nsp_data.ipynb.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from bertlab.document import Document
+from bertlab.masking import IGNORE_INDEX
+from bertlab.nsp import NspExamples, TokenizedCorpus, check_nsp_settings, tokenize_corpus
+from bertlab.tokenizer import SpecialIds, special_ids
+
+
+@dataclass(slots=True)
+class SingleExample:
+    """One segment: `input_ids` = [CLS] text [SEP], no padding; the text is whole sentences
+    `sentences` (first, end) of document `doc_index`, less `cut` tokens at the end when one
+    sentence alone is longer than the sequence."""
+
+    input_ids: list[int]
+    a_len: int  # the text between [CLS] and [SEP]
+    doc_id: str
+    doc_index: int
+    sentences: tuple[int, int]
+    cut: int = 0
+    b_len: int = 0  # there is no second segment
+
+    @property
+    def next_sentence_label(self) -> int:
+        """Return -100: a single segment has no pair label, so no pair loss reads it."""
+        return IGNORE_INDEX
+
+    @property
+    def token_type_ids(self) -> list[int]:
+        """Return the segment ids: 0 everywhere (one segment)."""
+        return [0] * len(self.input_ids)
+
+
+def _chunks(sents: Sequence[list[int]], max_tokens: int, short_seq_prob: float,
+            rng: random.Random) -> Iterator[tuple[int, int]]:
+    """Yield (first, end) sentence ranges of one document, each up to one target length."""
+    start = 0
+    while start < len(sents):
+        target = rng.randint(2, max_tokens) if rng.random() < short_seq_prob else max_tokens
+        end, length = start + 1, len(sents[start])
+        while end < len(sents) and length + len(sents[end]) <= target:
+            length += len(sents[end])
+            end += 1
+        yield start, end
+        start = end
+
+
+def create_single_examples(
+    docs: Sequence[Document] | TokenizedCorpus,
+    tokenizer: Tokenizer | SpecialIds,
+    *,
+    max_seq_len: int = 128,
+    short_seq_prob: float = 0.1,
+    seed: int = 0,
+    balance: str = "exact",
+    dupe_factor: int = 1,
+    include_title: bool = False,
+) -> NspExamples:
+    """Return single-segment examples: each document's sentences packed into [CLS] text [SEP].
+
+    Per document and pass (`dupe_factor` passes): a target length (`max_seq_len - 2`, or with
+    probability `short_seq_prob` a random one, as for pairs), then whole consecutive sentences
+    while they fit. A sentence longer than the sequence on its own is cut at the end (counted
+    in `examples.info["tokens_cut"]`). Every document with text gives at least one example, so a
+    corpus of one-sentence documents loses nothing. `balance` has no meaning here and must stay
+    "exact" (the signature is the pair builders', so `pretraining_loader` can call any of them).
+    Examples come in document order; the same seed gives the same examples.
+
+    Taught in notebooks/03_nsp_data.ipynb.
+    """
+    check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+    if balance != "exact":
+        raise ValueError(f"single segments have no pair label to balance; leave balance at "
+                         f"'exact' (got balance={balance!r})")
+    if isinstance(docs, TokenizedCorpus):
+        corpus = docs
+    else:
+        if not isinstance(tokenizer, Tokenizer):
+            raise TypeError("create_single_examples needs a tokenizers.Tokenizer to tokenize "
+                            "Documents")
+        corpus = tokenize_corpus(list(docs), tokenizer, include_title=include_title)
+    if not any(corpus.sentences):
+        raise ValueError(f"{corpus.name} is empty: no document has a sentence with text; pass "
+                         f"documents with sentences (bertlab.load_corpus)")
+    special = special_ids(tokenizer)
+    max_tokens = max_seq_len - 2  # room for [CLS] and [SEP]
+    rng = random.Random(f"single:{seed}")
+    examples = NspExamples(info={"documents": len(corpus), "tokens_cut": 0})
+    for _ in range(dupe_factor):
+        for d, sents in enumerate(corpus.sentences):
+            for start, end in _chunks(sents, max_tokens, short_seq_prob, rng):
+                text = [t for s in sents[start:end] for t in s]
+                cut = max(len(text) - max_tokens, 0)
+                text = text[:max_tokens]
+                examples.info["tokens_cut"] += cut
+                examples.append(SingleExample(
+                    input_ids=[special.cls, *text, special.sep], a_len=len(text),
+                    doc_id=corpus.doc_ids[d], doc_index=d, sentences=(start, end), cut=cut))
+    return examples
