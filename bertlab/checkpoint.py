@@ -27,7 +27,7 @@ from torch import nn
 
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer
-from bertlab.util import atomic_write_folder
+from bertlab.util import atomic_write_folder, is_disk_full
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
@@ -48,14 +48,6 @@ def _sha256(path: Path) -> str:
 def _model_config(model: nn.Module) -> dict | None:
     config = getattr(model, "config", None)
     return config.to_dict() if hasattr(config, "to_dict") else None
-
-
-def _is_disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    text = str(exc)  # safetensors reports I/O errors as text ("StorageFull", "os error 28")
-    return isinstance(exc, SafetensorError) and ("StorageFull" in text or "code: 28" in text
-                                                 or "No space left" in text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,7 +75,7 @@ def save_checkpoint(path: str | Path, model: nn.Module,
             path, lambda folder: _write_checkpoint_files(folder, model, optimizer, state, rng,
                                                          scaler), sweep_stale=True)
     except BaseException as exc:
-        if not _is_disk_full(exc):
+        if not is_disk_full(exc):
             raise
         kept = _complete_checkpoints(path.parent)
         then = ("then continue the run with --resume (resume=True)" if kept else

@@ -35,10 +35,10 @@ from bertlab.hf import save_hf
 from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.objectives import check_objectives, pairs_of
+from bertlab.objectives import INPUTS, SINGLE, check_objectives, pairs_of
 from bertlab.pretraining import fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
-from bertlab.resume import check_resume, check_run_folder, hold_run_folder
+from bertlab.resume import check_resume, check_run_folder, hold_run_folder, interrupt_on_sigterm
 from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
 from bertlab.train import TrainConfig, TrainResult
@@ -143,6 +143,16 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the NSP pairing (default: 0)")
     p.add_argument("--shard-size", type=int, default=100_000,
                    help="examples per shard file (default: 100000)")
+    _add_encoding_errors(p)
+
+
+_ENCODINGS = ("strict", "replace", "ignore")
+
+
+def _add_encoding_errors(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--encoding-errors", default="strict", choices=_ENCODINGS,
+                   help="bytes of the corpus that are not UTF-8: strict refuses the file, "
+                        "replace reads them as U+FFFD, ignore drops them (default: strict)")
 
 
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
@@ -168,12 +178,18 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                         "(default: from --recipe)")
     p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
                    help="short for --objectives mlm,nsp; --no-nsp: --objectives mlm")
+    p.add_argument("--segments", default="pairs", choices=INPUTS,
+                   help="pairs: [CLS] A [SEP] B [SEP] from documents of two or more sentences; "
+                        "single: [CLS] text [SEP], sentences packed per document, for masked LM "
+                        "alone on text of one-sentence documents (reviews, tweets) "
+                        "(default: pairs)")
     p.add_argument("--mlm-probability", type=float, default=None,
                    help="share of training tokens selected as targets, then 80/10/10; "
                         "validation is always masked BERT's way (default: from --recipe)")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
                    "folder's, or one trained on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
+    _add_encoding_errors(p)
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="tokens per NSP example (default: from --recipe)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
@@ -288,7 +304,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     with writing_into(out, "shard folder"):  # prepare_command checks `out` again, locked
         summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
                                   seed=args.seed, vocab_size=args.vocab_size,
-                                  shard_size=args.shard_size)
+                                  shard_size=args.shard_size, errors=args.encoding_errors)
     for split, meta in summary["splits"].items():
         print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens, "
               f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
@@ -337,7 +353,7 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
 def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
                       docs: list | None, per_rank_batch: int, world: int, device_type: str,
                       max_seq_len: int, mlm_probability: float,
-                      objectives: tuple[str, ...]) -> tuple[Any, Any]:
+                      pairs: str) -> tuple[Any, Any]:
     """Return (train_loader, val_loader, or None when the corpus has no validation split).
 
     Both read the pairs the objectives train on, so the history's pair accuracy is measured on
@@ -345,14 +361,15 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
     on_gpu = device_type == "cuda"
     common = dict(batch_size=per_rank_batch, seed=args.data_seed, num_workers=args.num_workers,
                   pad_to_multiple_of=8 if on_gpu else None, pin_memory=on_gpu,
-                  pairs=pairs_of(objectives))
+                  pairs=pairs)
     source = corpus if shards else docs
     train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
                                mask_config=MaskingConfig(mlm_probability=mlm_probability),
                                sampler="distributed" if world > 1 else None, **common)
-    # NSP needs at least 2 documents (negatives come from another one).
+    # NSP needs at least 2 documents (negatives come from another one); single segments, one.
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
-                      else len(split_documents(docs)["validation"]) >= 2)
+                      else len(split_documents(docs)["validation"]) >= (1 if pairs == SINGLE
+                                                                         else 2))
     # Masked BERT's way (the defaults) whatever the training masking, shuffled in a fixed order
     # (evaluate pins epoch 0; an unshuffled BBC split starts with business).
     val = (pretraining_loader(source, tok, split="validation", max_seq_len=max_seq_len,
@@ -369,6 +386,7 @@ class _PretrainSettings:
     max_seq_len: int
     mlm_probability: float
     objectives: tuple[str, ...]
+    pairs: str  # how examples are built: nsp, sop or single (bertlab.objectives.pairs_of)
     model: dict[str, Any]  # BertConfig settings over --preset's (the vocabulary comes later)
 
 
@@ -411,12 +429,20 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                          f"has no position for the tokens beyond; lower --max-seq-len, or pass "
                          f"--max-position-embeddings {max_seq_len} to grow the position table "
                          f"(BERT's is 512)")
-    if shards and pairs_of(objectives) != "nsp":
-        raise ValueError(f"--objectives {','.join(objectives)}: the shards in {corpus} hold NSP "
-                         f"pairs (prepare builds those); sentence-order pairs are built from the "
-                         f"text: pass the corpus itself as --corpus")
+    try:
+        pairs = pairs_of(objectives, args.segments)
+    except ValueError:
+        raise ValueError(f"--segments single with --objectives {','.join(objectives)}: a pair "
+                         f"objective trains on [CLS] A [SEP] B [SEP]; pass --objectives mlm to "
+                         f"train masked LM alone on single segments, or drop --segments "
+                         f"single") from None
+    if shards and pairs != "nsp":
+        what = ("single segments" if pairs == SINGLE else "sentence-order pairs")
+        raise ValueError(f"--objectives {','.join(objectives)} --segments {args.segments}: the "
+                         f"shards in {corpus} hold NSP pairs (prepare builds those); {what} are "
+                         f"built from the text: pass the corpus itself as --corpus")
     return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, objectives,
-                             settings)
+                             pairs, settings)
 
 
 def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
@@ -496,6 +522,11 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSett
                          f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
                          f"to continue it exactly (nothing was written)")
     _check_same_learning(run, s, first)
+    segments = run.get("args", {}).get("segments", "pairs")
+    if run and segments != args.segments:
+        raise ValueError(f"--resume: the run in {out} was started with --segments {segments}, "
+                         f"not --segments {args.segments}; pass --segments {segments} to "
+                         f"continue it exactly (nothing was written)")
     if args.resume:
         newest = latest_checkpoint(out)
         check_resume(read_checkpoint_state(newest, verified=True), newest, s.config.batch_size,
@@ -517,7 +548,8 @@ def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, 
                                                  "train": s.config.to_dict()})
         n_params = sum(p.numel() for p in model.parameters())
         say(f"recipe: {s.recipe.name} ({s.mlm_probability:.0%} masked, "
-            f"{_trains(s.objectives)}, {s.config.optimizer}); {s.recipe.summary}")
+            f"{_trains(s.objectives)}{' on single segments' if s.pairs == SINGLE else ''}, "
+            f"{s.config.optimizer}); {s.recipe.summary}")
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
@@ -548,10 +580,10 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         say(f"note: the shards hold {s.max_seq_len}-token pairs, not the {s.recipe.max_seq_len} "
             f"of --recipe {args.recipe}; prepare with --max-seq-len {s.recipe.max_seq_len} to "
             f"match it")
-    docs = None if s.shards else load_corpus(args.corpus)
+    docs = None if s.shards else load_corpus(args.corpus, errors=args.encoding_errors)
     tok = _pretraining_tokenizer(args, out, corpus, s.shards, docs)
     train, val = _pretraining_data(args, tok, corpus, s.shards, docs, per_rank, world, device.type,
-                                   s.max_seq_len, s.mlm_probability, s.objectives)
+                                   s.max_seq_len, s.mlm_probability, s.pairs)
     if val is None:
         say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
             f"evaluation")
@@ -672,4 +704,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
     signal N (130 for Ctrl-C, 143 for SIGTERM); see `bertlab.errors`."""
     args = build_parser().parse_args(argv)
-    return run_reporting(lambda: COMMANDS[args.command](args))
+
+    def command() -> int:
+        # SIGTERM (kill, docker stop, a scheduler) stops every command as Ctrl-C does: the
+        # `finally` blocks remove what it had begun (staging folders, locks, new folders), and
+        # the exit says so (143), instead of dying silently with its half-work left behind.
+        with interrupt_on_sigterm():
+            try:
+                return COMMANDS[args.command](args)
+            except ValueError as e:  # the library's keyword, in the words of the command line
+                text = str(e).replace("pass errors='replace'", "pass --encoding-errors replace")
+                if text == str(e):
+                    raise
+                raise ValueError(text) from None
+
+    return run_reporting(command)

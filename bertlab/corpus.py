@@ -257,6 +257,13 @@ def iter_corpus(
             f"corpus '{source}' is neither a known name ({known}) nor an existing path; "
             f"check the spelling or pass a folder of .txt files"
         )
+    if not path.is_dir() and not path.is_file():  # a pipe, a FIFO, a device
+        raise ValueError(
+            f"corpus '{source}' is a pipe or device, not a file: it can be read only once (and "
+            f"a FIFO waits forever for a writer), while bertlab reads a corpus more than once "
+            f"(the vocabulary, then the examples); save the text to a file first, e.g. "
+            f"`cat ... > corpus.txt`, and pass that file"
+        )
     if not path.is_dir():
         if path.suffix.lower() in _STRUCTURED:
             raise ValueError(

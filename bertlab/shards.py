@@ -100,6 +100,7 @@ def prepare_shards(
     batch_docs: int = 256,
     reservoir_docs: int = 1000,
     batch_chars: int = 4_000_000,
+    errors: str = "strict",
 ) -> dict[str, Any]:
     """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
 
@@ -114,8 +115,9 @@ def prepare_shards(
     examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
     reservoir and one shard; long lines and huge documents are cut as the corpus is read
     (`bertlab.load_corpus`), and the summary and each meta.json count them under "corpus_read"
-    (long_lines_split, documents_split, folders_skipped). `tokenizer` may be a path to a saved
-    tokenizer.
+    (long_lines_split, documents_split, folders_skipped). `errors` ("strict", "replace",
+    "ignore") says what to do with bytes that are not UTF-8. `tokenizer` may be a path to a
+    saved tokenizer.
 
     Everything is checked before anything is written: the settings, the corpus path, and
     `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
@@ -135,7 +137,7 @@ def prepare_shards(
     check_output_folder(out, "out_dir")
     _check_not_inside_corpus(out, corpus, "out_dir")
     counts: dict[str, int] = {}
-    docs = iter_documents(corpus, counts=counts)
+    docs = iter_documents(corpus, counts=counts, errors=errors)
     names = list(splits) if splits is not None else [None]
     settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
                     dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
@@ -173,9 +175,12 @@ def _check_some_pairs(splits: dict[str, dict[str, Any]], label: str) -> None:
     why = (f"all {seen} of its documents have one sentence, and an NSP pair needs a document of "
            f"at least two (A, then the B that follows it)" if seen and one == seen else
            f"its {seen} documents gave no [CLS] A [SEP] B [SEP] pair")
+    one_each = bool(seen) and one == seen
+    fix = ("; to train masked LM alone on such text, skip prepare and run pretrain --corpus "
+           "on the text itself with --objectives mlm --segments single" if one_each else "")
     raise ValueError(f"{label} has no training pairs: {why}; give documents of several "
                      f"sentences (a blank line separates documents in a .txt file, so check "
-                     f"that one is not put after every sentence) (nothing was written)")
+                     f"that one is not put after every sentence){fix} (nothing was written)")
 
 
 def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:
@@ -263,10 +268,11 @@ def prepare_command(
     out = Path(out)
     check_output_folder(out, "--out")
     _check_not_inside_corpus(out, corpus, "--out")
+    errors = options.get("errors", "strict")
     if tokenizer is None:
-        tok = train_tokenizer(iter_documents(corpus), vocab_size=vocab_size)
+        tok = train_tokenizer(iter_documents(corpus, errors=errors), vocab_size=vocab_size)
     else:
-        iter_documents(corpus)  # checks the corpus path before any work
+        iter_documents(corpus, errors=errors)  # checks the corpus path before any work
         tok = load_tokenizer(tokenizer)
     return prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
 

@@ -23,16 +23,18 @@ from bertlab.tokenizer import encode_sentences, special_ids
 
 
 def iter_documents(
-    source: str | Path | Iterable[Document], *, counts: dict[str, int] | None = None
+    source: str | Path | Iterable[Document], *, counts: dict[str, int] | None = None,
+    errors: str = "strict",
 ) -> Iterator[Document]:
     """Return an iterator over Documents, one at a time, without reading the corpus into memory.
 
     `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
     a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks); a
-    path is checked now, and `counts` collects what reading it cut (see `iter_corpus`).
+    path is checked now, `counts` collects what reading it cut and `errors` says what to do with
+    bytes that are not UTF-8 (see `iter_corpus`).
     """
     if isinstance(source, (str, Path)):
-        return iter_corpus(source, counts=counts)
+        return iter_corpus(source, counts=counts, errors=errors)
     return iter(source)
 
 

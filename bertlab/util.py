@@ -16,6 +16,8 @@ belongs to something else. `FolderLock` keeps two processes out of one run folde
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import secrets
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
-STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{random}.tmp
+STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{owner}.{random}.tmp
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,8 +64,28 @@ def _file_mode() -> int:
 _FILE_MODE = _file_mode()
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Return True if `exc` says the disk (or the quota) is full: an OSError, or safetensors'
+    error, which reports the same fault as text ("StorageFull", "os error 28")."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(exc)
+    return type(exc).__name__ == "SafetensorError" and (
+        "StorageFull" in text or "code: 28" in text or "os error 28" in text
+        or "No space left" in text)
+
+
+def _disk_full_error(path: Path, what: str) -> OSError:
+    """Return the OSError a full disk becomes: it names the path and says nothing was kept."""
+    return OSError(errno.ENOSPC, f"no space left on the device while writing {what} {path}; "
+                   f"nothing of it was kept, and what was there before is unchanged: free some "
+                   f"space on that disk (or write elsewhere), then rerun the same command")
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Return `path` after replacing its content with `data` in one step (temp file + rename)."""
+    """Return `path` after replacing its content with `data` in one step (temp file + rename).
+
+    A full disk raises an OSError (ENOSPC) that names `path`; the old content stays."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -73,8 +95,10 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise _disk_full_error(path, "file") from exc
         raise
     fsync_path(path.parent)
     return path
@@ -101,35 +125,22 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     (a crash, a full disk, Ctrl-C), the staging folder is deleted and `path` is untouched.
     Ctrl-C and SIGTERM wait while the renames run. `sweep_stale=True` also deletes the staging
     folders that killed writers left in the same parent: only for a parent bertlab owns (a run's
-    checkpoints/), never for a folder of the user's. `fill_empty=True` keeps an existing `path`
-    that holds nothing (or only a lock, `folder_kind` "empty"): the content moves into it, the
-    entries named in `last` at the end, so the folder never looks complete too early.
+    checkpoints/), never for a folder of the user's. Whatever the parent, the staging and
+    set-aside folders of `path` itself whose writer (a process of this machine, named in the
+    folder's name) is dead are deleted first: a killed export leaves nothing behind for long.
+    `fill_empty=True` keeps an existing `path` that holds nothing (or only a lock,
+    `folder_kind` "empty"): the content moves into it, the entries named in `last` at the end,
+    so the folder never looks complete too early. A full disk raises an OSError (ENOSPC) that
+    names `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_dead_writers(path)
     # mkdir, not mkdtemp: the folder gets the usual permissions (mkdtemp's are owner-only).
-    staging = path.parent / f".{path.name}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
+    staging = path.parent / f".{path.name}.{_owner()}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
     staging.mkdir()
     try:
-        write(staging)
-        for item in sorted(staging.rglob("*"), reverse=True):  # files before their folders
-            if item.is_file():
-                item.chmod(_FILE_MODE)  # some writers (safetensors) leave files owner-only
-            fsync_path(item)
-        fsync_path(staging)
-        with _signals_deferred():
-            if fill_empty and folder_kind(path) == "empty":
-                for entry in sorted(staging.iterdir(), key=lambda e: (e.name in last, e.name)):
-                    os.replace(entry, path / entry.name)
-                staging.rmdir()
-            elif path.exists():
-                aside = path.parent / f".{path.name}.{secrets.token_hex(4)}.old"
-                os.replace(path, aside)
-                os.replace(staging, path)
-                shutil.rmtree(aside)
-            else:
-                os.replace(staging, path)
-            fsync_path(path.parent)
+        _write_whole(write, staging, path, fill_empty, last)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -137,6 +148,80 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
         for stale in path.parent.glob(f".*{STAGING_SUFFIX}"):
             shutil.rmtree(stale, ignore_errors=True)
     return path
+
+
+def _owner() -> str:
+    """Return this process's tag in a staging folder's name: a hash of the host, and the pid."""
+    host = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+    return f"{host}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_dead_writers(path: str | Path) -> list[Path]:
+    """Return the staging and set-aside folders of `path` that a dead writer of this machine
+    left (`atomic_write_folder`'s `.{name}.{owner}.*`), after deleting them.
+
+    A set-aside folder (`.old`) is the previous complete `path`: a writer killed between its two
+    renames leaves `path` missing, and then the set-aside copy is moved back, not deleted."""
+    path = Path(path)
+    host, _ = _owner().split("-")
+    swept = []
+    # .old first, so a missing `path` is restored before anything is deleted.
+    entries = sorted(path.parent.glob(f".{glob_escape(path.name)}.{host}-*"),
+                     key=lambda e: not e.name.endswith(".old"))
+    for entry in entries:
+        pid = entry.name[len(path.name) + 2 + len(host) + 1:].split(".", 1)[0]
+        if not (entry.is_dir() and pid.isdigit()) or _pid_alive(int(pid)):
+            continue
+        if entry.name.endswith(".old") and not path.exists():
+            os.replace(entry, path)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+        swept.append(entry)
+    return swept
+
+
+def glob_escape(name: str) -> str:
+    """Return `name` with the characters glob treats as patterns escaped."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_empty: bool,
+                 last: tuple[str, ...]) -> None:
+    """Fill `staging`, flush it, and move it into place at `path` (atomic_write_folder's body)."""
+    try:
+        write(staging)
+        for item in sorted(staging.rglob("*"), reverse=True):  # files before their folders
+            if item.is_file():
+                item.chmod(_FILE_MODE)  # some writers (safetensors) leave files owner-only
+            fsync_path(item)
+        fsync_path(staging)
+    except BaseException as exc:
+        if is_disk_full(exc):
+            raise _disk_full_error(path, "folder") from exc
+        raise
+    with _signals_deferred():
+        if fill_empty and folder_kind(path) == "empty":
+            for entry in sorted(staging.iterdir(), key=lambda e: (e.name in last, e.name)):
+                os.replace(entry, path / entry.name)
+            staging.rmdir()
+        elif path.exists():
+            aside = path.parent / f".{path.name}.{_owner()}.{secrets.token_hex(4)}.old"
+            os.replace(path, aside)
+            os.replace(staging, path)
+            shutil.rmtree(aside)
+        else:
+            os.replace(staging, path)
+        fsync_path(path.parent)
 
 
 @contextlib.contextmanager
@@ -258,7 +343,8 @@ class FolderLock:
     """Hold `folder/.lock` exclusively while the `with` block runs, or raise a clear ValueError.
 
     The operating system drops the lock when the holding process ends, however it ends (kill -9
-    included), so a stale lock never blocks a new run. The file records the holder's pid, host,
+    included), so a stale lock never blocks a new run; a holder that lets go normally deletes
+    the file too, so a finished folder holds only its data. The file records the holder's pid, host,
     command and start time, which the error message of a second process quotes. Taking the same
     lock again inside the same process just nests.
     """
@@ -272,14 +358,7 @@ class FolderLock:
             _HELD[key][1] += 1
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        handle = open(self.folder / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115
-        try:
-            _lock(handle)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise in_use_error(self.what, self.folder, holder) from None
+        handle = self._take()
         handle.seek(0)
         handle.truncate()
         command = " ".join(sys.argv) or sys.executable
@@ -289,6 +368,29 @@ class FolderLock:
         _HELD[key] = [handle, 1]
         return self
 
+    def _take(self) -> Any:
+        """Return the open, locked lock file; raise the in-use error if another process holds it.
+
+        The holder deletes the file when it lets go (a finished folder holds only its data), so
+        a lock taken on a file that was deleted meanwhile is no lock: then take it again."""
+        path = self.folder / LOCK_NAME
+        while True:
+            handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115
+            try:
+                _lock(handle)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise in_use_error(self.what, self.folder, holder) from None
+            try:
+                if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    return handle
+            except FileNotFoundError:
+                pass
+            _unlock(handle)
+            handle.close()
+
     def __exit__(self, *exc: object) -> None:
         key = self.folder.resolve()
         entry = _HELD[key]
@@ -297,6 +399,9 @@ class FolderLock:
             handle = entry[0]
             handle.seek(0)
             handle.truncate()
+            if fcntl is not None:  # deleted while still held (Windows cannot delete an open file)
+                with contextlib.suppress(OSError):
+                    (self.folder / LOCK_NAME).unlink()
             _unlock(handle)
             handle.close()
             del _HELD[key]

@@ -73,6 +73,12 @@ def world(tmp_path_factory) -> dict[str, str]:
     paths["one_sentence"].mkdir()
     for i, doc in enumerate(docs[:30]):
         (paths["one_sentence"] / f"review{i:02d}.txt").write_text(doc.sentences[0] + "\n")
+    paths["latin1"] = root / "latin1"  # one file saved in Windows' cp1252, not UTF-8
+    paths["latin1"].mkdir()
+    for i, doc in enumerate(docs[:40]):
+        text = doc.text.replace("the", "th\xe9") if i == 3 else doc.text
+        (paths["latin1"] / f"doc{i:02d}.txt").write_bytes(
+            text.encode("cp1252" if i == 3 else "utf-8"))
     paths["one_doc"] = root / "one-doc"
     paths["one_doc"].mkdir()
     (paths["one_doc"] / "a.txt").write_text(docs[0].text, encoding="utf-8")
@@ -271,9 +277,33 @@ CASES = [
     ("prepare-corpus-missing", "prepare --corpus {root}/nope --out {root}/new/deeper/shards",
      ["{root}/nope"]),
     ("prepare-one-sentence-documents", "prepare --corpus {one_sentence} --out {root}/new",
-     ["{one_sentence}", "no training pairs", "have one sentence", "at least two"]),
+     ["{one_sentence}", "no training pairs", "have one sentence", "at least two",
+      "--objectives mlm --segments single"]),
     ("pretrain-one-sentence-documents", "pretrain --corpus {one_sentence} --out {root}/new TINY",
-     ["no examples to load", "have one sentence", "at least two"]),
+     ["no examples to load", "have one sentence", "at least two",
+      "--objectives mlm --segments single"]),
+    ("pretrain-single-segments-with-nsp",
+     "pretrain --corpus {one_sentence} --out {root}/new --segments single --nsp TINY",
+     ["--segments single", "--objectives mlm,nsp", "pass --objectives mlm"]),
+    ("pretrain-single-segments-from-shards",
+     "pretrain --corpus {shards} --out {root}/new --objectives mlm --segments single TINY",
+     ["--segments single", "{shards}", "hold NSP pairs", "built from the text"]),
+    ("prepare-corpus-not-utf8", "prepare --corpus {latin1} --out {root}/new",
+     ["{latin1}/doc03.txt", "not valid UTF-8", "--encoding-errors replace"]),
+    ("pretrain-corpus-not-utf8", "pretrain --corpus {latin1} --out {root}/new TINY",
+     ["{latin1}/doc03.txt", "not valid UTF-8", "--encoding-errors replace"]),
+    ("prepare-corpus-is-a-device", "prepare --corpus /dev/null --out {root}/new",
+     ["/dev/null", "pipe or device", "save the text to a file"]),
+    ("pretrain-corpus-is-standard-input", "pretrain --corpus /dev/stdin --out {root}/new TINY",
+     ["/dev/stdin", "pipe or device", "read only once"]),
+    ("prepare-out-is-a-device", "prepare --corpus {corpus} --out /dev/null",
+     ["--out /dev/null", "is a file"]),
+    ("resume-a-pairs-run-as-single-segments",
+     "pretrain --corpus {corpus} --out {run} --resume --objectives mlm --segments single TINY",
+     ["{run}", "started with --segments pairs", "pass --segments pairs"]),
+    ("export-from-a-device", "export-hf /dev/null {root}/new", ["/dev/null", "not a folder"]),
+    ("fill-mask-from-a-device", "fill-mask /dev/null 'the [MASK] rose'",
+     ["/dev/null", "not a folder"]),
     ("prepare-corpus-of-one-document", "prepare --corpus {one_doc} --out {root}/new",
      ["{one_doc}", "1 document"]),
     # export-hf
@@ -691,3 +721,122 @@ def test_the_api_pairs_a_model_only_with_a_tokenizer_of_its_size(world):
     with pytest.raises(ValueError, match="finetune_classifier: the tokenizer has 400 tokens"):
         finetune_classifier(model, load_corpus("bbc")[::40], tokenizer=larger,
                             config=FinetuneConfig(epochs=0.1))
+
+
+# ---------------------------------------------------------------------------------------------
+# A full disk anywhere (an export, a cache file), and what killed writers leave behind
+
+
+def test_a_full_disk_during_an_export_names_the_export_and_keeps_the_old_one(world, capsys,
+                                                                          monkeypatch):
+    from safetensors import SafetensorError
+
+    import bertlab.hf as hf_mod
+
+    def full(*args, **kwargs):  # what safetensors raises when the disk fills mid-write
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: '
+                              'StorageFull, message: "No space left on device" })')
+
+    monkeypatch.setattr(hf_mod, "save_file", full)
+    before = snapshot(world["root"])
+    assert main(["export-hf", world["run"], world["hf"], "--overwrite"]) == 1
+    assert_one_clear_error(capsys.readouterr().err,
+                           ["no space left", world["hf"], "nothing of it was kept", "free some"])
+    assert_unchanged(before, snapshot(world["root"]))  # the old export, and no staging folder
+
+
+def test_a_full_disk_on_a_cache_file_names_the_file_and_keeps_the_old_one(tmp_path,
+                                                                       monkeypatch):
+    import bertlab.util as util_mod
+
+    target = tmp_path / "cache" / "wordpiece-abc.json"
+    target.parent.mkdir()
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(util_mod.os, "fsync", full)
+    with pytest.raises(OSError, match="no space left .* file .*wordpiece-abc.json") as caught:
+        util_mod.atomic_write_text(target, "new")
+    assert caught.value.errno == errno.ENOSPC
+    assert target.read_text() == "old" and os.listdir(target.parent) == [target.name]
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_what_a_killed_writer_left_is_swept_on_the_next_write(world, tmp_path):
+    from bertlab.util import _owner, atomic_write_folder
+
+    host = _owner().split("-")[0]
+    target = tmp_path / "hf"
+    dead, alive = _dead_pid(), os.getpid()
+    stale = tmp_path / f".hf.{host}-{dead}.1a2b3c4d.tmp"  # 337 MB for a base export
+    live = tmp_path / f".hf.{host}-{alive}.5e6f7a8b.tmp"  # a writer still at work: kept
+    other = tmp_path / f".notes.{host}-{dead}.9c0d1e2f.tmp"  # another target's: not ours
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"0" * 1000)
+    assert main(["export-hf", world["run"], str(target)]) == 0
+    assert not stale.exists() and live.exists() and other.exists()
+    # Killed between its two renames: the target is missing and its previous copy set aside.
+    # The next write moves that copy back first, so no complete export is ever deleted.
+    aside = tmp_path / f".hf.{host}-{dead}.0f0f0f0f.old"
+    os.replace(target, aside)
+    seen = []
+    atomic_write_folder(target, lambda f: seen.append(sorted(p.name for p in f.parent.iterdir()
+                                                             if p.name == "hf")))
+    assert seen == [["hf"]] and not aside.exists()  # restored before the new copy replaced it
+
+
+def test_the_encoding_errors_flag_reads_what_the_message_says(world, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", world["latin1"], "--out", str(out), *TINY,
+                 "--encoding-errors", "replace"]) == 0
+    assert "done: 2 steps" in capsys.readouterr().out
+
+
+def test_a_pipe_or_fifo_as_corpus_is_refused_at_once_not_waited_on(tmp_path):
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)  # no writer: opening it for reading would block forever
+    for command in ("prepare", "pretrain"):
+        done = subprocess.run([sys.executable, "-m", "bertlab", command, "--corpus", str(fifo),
+                               "--out", str(tmp_path / "new")], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert_one_clear_error(done.stderr, [str(fifo), "pipe", "save the text to a file"])
+        assert sorted(os.listdir(tmp_path)) == ["corpus.fifo"]  # no folder, no lock
+
+
+def test_sigterm_during_prepare_says_so_and_leaves_nothing(world, tmp_path, capsys, monkeypatch):
+    import bertlab.shards as shards_mod
+
+    real = shards_mod._ShardWriter.add
+    calls = {"n": 0}
+
+    def add_then_terminated(self, ex):  # SIGTERM arrives while the shards are being written
+        calls["n"] += 1
+        if calls["n"] == 50:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, ex)
+
+    monkeypatch.setattr(shards_mod._ShardWriter, "add", add_then_terminated)
+    out = tmp_path / "new" / "shards"
+    assert main(["prepare", "--corpus", world["corpus"], "--out", str(out), "--vocab-size",
+                 "300", "--max-seq-len", "64"]) == 143
+    err = capsys.readouterr().err
+    assert "stopped by SIGTERM (exit code 143)" in err and "Traceback" not in err
+    assert os.listdir(tmp_path) == []  # no staging folder, no lock, not even the new folders
+
+
+def test_a_finished_command_leaves_no_lock_in_its_folders(world, tmp_path):
+    shards, run = tmp_path / "shards", tmp_path / "run"
+    assert main(["prepare", "--corpus", world["corpus"], "--out", str(shards), "--vocab-size",
+                 "300", "--max-seq-len", "64"]) == 0
+    assert main(["pretrain", "--corpus", str(shards), "--out", str(run), *TINY]) == 0
+    for folder in (shards, run):
+        assert ".lock" not in os.listdir(folder), os.listdir(folder)
