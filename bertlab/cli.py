@@ -400,6 +400,8 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
     given = {k: v for k, v in vars(args).items() if k in train_fields}
     if "max_minutes" in given and "max_steps" not in given:
         given["max_steps"] = None  # --minutes alone: the time budget decides
+    if given.get("progress") is False and "log_interval" not in given:
+        given["log_interval"] = 0  # --no-progress is silent; --log-interval N asks for lines
     chosen = recipe(args.recipe)
     try:
         config = chosen.train_config(**given)

@@ -68,7 +68,8 @@ class TrainConfig:
     seed: int = _setting(0, "seed of the dropout stream (data order and masks use the "
                             "loader's seed)")
     log_interval: int = _setting(10, "steps between progress updates (0: none)")
-    progress: bool = _setting(True, "show a progress bar and one line per evaluation")
+    progress: bool = _setting(True, "show a progress bar and one line per evaluation (in a "
+                              "log file, not a terminal: a plain line every 30 s instead)")
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -308,23 +309,50 @@ def _write_history(out_dir: Path, history: list[dict]) -> None:
     atomic_write_text(out_dir / "history.csv", table.getvalue())
 
 
+LOG_EVERY_S = 30.0  # in a log (no terminal), a progress line at most this often
+
+
 def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, window: Window,
                    loss: float, lr: float, is_main: bool, clock: float) -> None:
-    # Every log_interval steps: the loss, lr and speed, on the bar (or printed without one).
-    if config.log_interval and run.step % config.log_interval == 0:
-        rate = window.tokens / max(window.seconds, 1e-9)
-        if config.progress:
+    # Every log_interval steps: the loss, lr and speed, on the bar. Without a bar: printed,
+    # every log_interval steps (progress off), or at most every LOG_EVERY_S seconds (progress
+    # on, but the output is a log file, where a bar would be one line of carriage returns).
+    rate = window.tokens / max(window.seconds, 1e-9)
+    if not bar.disable:
+        if config.log_interval and run.step % config.log_interval == 0:
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}",
                             refresh=False)
-        elif is_main:
-            print(f"step {run.step} loss {loss:.4f} lr {lr:.3g} tokens/s {rate:.0f}", flush=True)
-    bar.update(1 if config.max_steps is not None else round(time.perf_counter() - clock) - bar.n)
+        bar.update(1 if config.max_steps is not None else
+                   round(time.perf_counter() - clock) - bar.n)
+        return
+    if not is_main:
+        return
+    now = time.perf_counter()
+    if config.progress:
+        due = now - getattr(bar, "last_line", clock) >= LOG_EVERY_S
+    else:
+        due = bool(config.log_interval) and run.step % config.log_interval == 0
+    if due:
+        bar.last_line = now
+        total = f" of {config.max_steps}" if config.max_steps is not None else ""
+        print(f"step {run.step}{total} loss {loss:.4f} lr {lr:.3g} tokens/s {rate:.0f} "
+              f"({(now - clock) / 60:.1f} min)", flush=True)
+
+
+def _interactive() -> bool:
+    """Return whether a live progress bar can be seen: a terminal, or a Jupyter kernel."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")  # imported by a kernel, never imported here
+    shell = getattr(ipython, "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _progress_bar(config: TrainConfig, run: RunState, is_main: bool) -> tqdm:
     by_steps = config.max_steps is not None
     return tqdm(total=config.max_steps if by_steps else round(config.max_minutes * 60),
                 initial=run.step if by_steps else round(run.elapsed_s),
-                unit="step" if by_steps else "s", disable=not (config.progress and is_main),
+                unit="step" if by_steps else "s",
+                disable=not (config.progress and is_main and _interactive()),
                 dynamic_ncols=True, bar_format=None if by_steps else
                 "{l_bar}{bar}| {n_fmt}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -295,3 +296,37 @@ def test_objectives_flags_are_checked_before_anything_is_written(corpus, tmp_pat
                      *SMALL, *extra]) == 2
         assert message in capsys.readouterr().err
         assert not out.exists()
+
+
+def test_in_a_log_the_bar_becomes_plain_lines_and_no_progress_is_silent(corpus, tmp_path,
+                                                                       monkeypatch):
+    # Output to a file, as `make demo > demo.log 2>&1` does: no bar of carriage returns, one
+    # plain line per evaluation, and a progress line at most every LOG_EVERY_S (0 here: each step).
+    import bertlab.hooks as hooks_mod
+
+    flags = [a for a in SMALL if a not in ("--no-progress", "--log-interval", "0")]
+    log = tmp_path / "log.txt"
+    done = subprocess.run([sys.executable, "-m", "bertlab", "pretrain", "--corpus", str(corpus),
+                           "--out", str(tmp_path / "run"), "--max-steps", "6", *flags],
+                          stdout=log.open("w"), stderr=subprocess.STDOUT, timeout=300)
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert "\r" not in text and "it/s" not in text
+    assert sum(line.startswith("step=") for line in text.splitlines()) == 3  # steps 0, 3, 6
+    monkeypatch.setattr(hooks_mod, "LOG_EVERY_S", 0.0)
+    plain = tmp_path / "plain.txt"
+    with plain.open("w") as out, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(out):
+        assert main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run2"),
+                     "--max-steps", "4", *flags]) == 0
+    lines = plain.read_text().splitlines()
+    assert [line.split()[1:4] for line in lines if line.startswith("step ")] == \
+        [[str(n), "of", "4"] for n in (1, 2, 3, 4)]
+    quiet = tmp_path / "quiet.txt"
+    with quiet.open("w") as out, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(out):
+        assert main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run3"),
+                     "--max-steps", "4", *SMALL[:-4], "--device", "cpu"]) == 0
+    said = quiet.read_text()
+    assert not any(line.startswith(("step ", "step=")) for line in said.splitlines()), said
+    assert "done: 4 steps" in said
