@@ -221,7 +221,9 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                                    "regression and the same model trained from scratch "
                                    "(accuracy and macro-F1 on the test split).")
     p.add_argument("model_dir", help="a pretraining run folder or a Hugging Face folder")
-    p.add_argument("--task", default="bbc-topic", help="downstream task (default: bbc-topic)")
+    p.add_argument("--task", default="bbc-topic",
+                   help="bbc-topic, or a folder of your labelled text: one sub-folder per label, "
+                        "holding its .txt files (default: bbc-topic)")
     p.add_argument("--labels-per-class", nargs="+", default=["all"], metavar="K",
                    help="labelled training documents per class, e.g. 8 32 all (default: all)")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (default: 1)")

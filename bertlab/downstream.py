@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -57,11 +58,33 @@ TASKS: dict[str, DownstreamTask] = {
 }
 
 
-def load_task(name: str) -> tuple[list[Document], list[str]]:
-    """Return (documents, labels) of a named downstream task such as "bbc-topic"."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    return TASKS[name].load()
+def load_task(name: str | Path) -> tuple[list[Document], list[str]]:
+    """Return (documents, labels) of a downstream task: a named one such as "bbc-topic", or a
+    folder of labelled text, one sub-folder per label (each file's label is the folder it is
+    directly in, as `load_corpus` reads it). The documents keep their train/validation/test split.
+    """
+    if isinstance(name, str) and name in TASKS:
+        if Path(name).exists():
+            raise ValueError(f"task '{name}' names both the built-in task and the "
+                             f"{'folder' if Path(name).is_dir() else 'file'} ./{name} here; "
+                             f"write ./{name} for yours")
+        return TASKS[name].load()
+    folder = Path(name)
+    if not folder.is_dir():
+        raise ValueError(f"task '{name}' is neither a known task ({', '.join(sorted(TASKS))}) "
+                         f"nor a folder; pass a folder of labelled text: one sub-folder per "
+                         f"label, holding that label's .txt files")
+    docs = load_corpus(folder)
+    loose = [d.id for d in docs if d.label is None]
+    if loose:
+        raise ValueError(f"task folder '{name}': {len(loose)} file(s) lie directly in it, with "
+                         f"no label (e.g. {loose[0]}); put each file in a sub-folder named after "
+                         f"its label")
+    classes = sorted({d.label for d in docs})
+    if len(classes) < 2:
+        raise ValueError(f"task folder '{name}' has one label ({classes[0]}); a classifier "
+                         f"needs at least two sub-folders of labelled text")
+    return docs, [d.label for d in docs]
 
 
 def sample_per_class(indices: Sequence[int], labels: Sequence[str], k: int | None,

@@ -330,3 +330,23 @@ def test_in_a_log_the_bar_becomes_plain_lines_and_no_progress_is_silent(corpus, 
     said = quiet.read_text()
     assert not any(line.startswith(("step ", "step=")) for line in said.splitlines()), said
     assert "done: 4 steps" in said
+
+
+def test_finetune_reads_a_folder_of_labelled_text(corpus, tmp_path, capsys):
+    run, task = tmp_path / "run", tmp_path / "my-task"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "2",
+                 *SMALL]) == 0
+    docs = load_corpus("bbc")
+    for label in ("sport", "tech"):
+        (task / label).mkdir(parents=True)
+        for i, doc in enumerate([d for d in docs if d.label == label][:40]):
+            (task / label / f"{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    (task / "sport" / "empty-label-check.txt").write_text("A short one. Still sport.\n")
+    capsys.readouterr()
+    assert main(["finetune", str(run), "--task", str(task), "--methods", "tf-idf",
+                 "--max-seq-len", "64", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert f"{task}: test split" in out and "TF-IDF" in out
+    (task / "loose.txt").write_text("No label. None at all.\n")
+    assert main(["finetune", str(run), "--task", str(task), "--methods", "tf-idf"]) == 2
+    assert "lie directly in it" in capsys.readouterr().err
