@@ -192,6 +192,7 @@ class RunHooks:
             saved_step=run.step if self.resume else None)
         self.bar = _progress_bar(self.config, run, self.is_main)
         self.clock = time.perf_counter() - run.elapsed_s
+        self.last_line = time.perf_counter()  # when log mode last printed a progress line
         self.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
         if self.evaluate_fn is not None and self.is_main and run.step == 0:
             self.clock += self._evaluate(run)  # evaluating is not training time
@@ -223,8 +224,9 @@ class RunHooks:
         self.rng = rng_state(self.device)
         self.step_losses.append(loss)
         self.window.add(loss, tokens, time.perf_counter() - self.step_start)
-        _show_progress(self.bar, self.config, run, self.window, loss, lr, self.is_main,
-                       self.clock)
+        if _show_progress(self.bar, self.config, run, self.window, loss, lr, self.is_main,
+                          self.clock, self.last_line):
+            self.last_line = time.perf_counter()
         at_end = self.config.max_steps is not None and run.step >= self.config.max_steps
         due = self.config.eval_interval and run.step % self.config.eval_interval == 0
         if self.is_main and (due or at_end):
@@ -313,10 +315,15 @@ LOG_EVERY_S = 30.0  # in a log (no terminal), a progress line at most this often
 
 
 def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, window: Window,
-                   loss: float, lr: float, is_main: bool, clock: float) -> None:
-    # Every log_interval steps: the loss, lr and speed, on the bar. Without a bar: printed,
-    # every log_interval steps (progress off), or at most every LOG_EVERY_S seconds (progress
-    # on, but the output is a log file, where a bar would be one line of carriage returns).
+                   loss: float, lr: float, is_main: bool, clock: float,
+                   last_line: float) -> bool:
+    """Show this step's progress; return True if it printed a progress line.
+
+    On the bar: the loss, lr and speed every log_interval steps. Without a bar: a printed line
+    every log_interval steps (progress off), or at most every LOG_EVERY_S seconds after
+    `last_line` (progress on, but the output is a log file, where a bar would be one line of
+    carriage returns).
+    """
     rate = window.tokens / max(window.seconds, 1e-9)
     if not bar.disable:
         if config.log_interval and run.step % config.log_interval == 0:
@@ -324,19 +331,19 @@ def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, window: Window
                             refresh=False)
         bar.update(1 if config.max_steps is not None else
                    round(time.perf_counter() - clock) - bar.n)
-        return
+        return False
     if not is_main:
-        return
+        return False
     now = time.perf_counter()
     if config.progress:
-        due = now - getattr(bar, "last_line", clock) >= LOG_EVERY_S
+        due = now - last_line >= LOG_EVERY_S
     else:
         due = bool(config.log_interval) and run.step % config.log_interval == 0
     if due:
-        bar.last_line = now
         total = f" of {config.max_steps}" if config.max_steps is not None else ""
         print(f"step {run.step}{total} loss {loss:.4f} lr {lr:.3g} tokens/s {rate:.0f} "
               f"({(now - clock) / 60:.1f} min)", flush=True)
+    return due
 
 
 def _interactive() -> bool:

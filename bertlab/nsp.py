@@ -140,6 +140,17 @@ def tokenize_corpus(
     )
 
 
+def as_tokenized(docs: Sequence[Document] | TokenizedCorpus, tokenizer: Tokenizer | SpecialIds,
+                 include_title: bool, caller: str) -> TokenizedCorpus:
+    """Return `docs` as a `TokenizedCorpus` (tokenized here unless it already is one); the
+    example builders' first step. `caller` names the builder in the error for a bare SpecialIds."""
+    if isinstance(docs, TokenizedCorpus):
+        return docs
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(f"{caller} needs a tokenizers.Tokenizer to tokenize Documents")
+    return tokenize_corpus(list(docs), tokenizer, include_title=include_title)
+
+
 def check_nsp_settings(max_seq_len: int, short_seq_prob: float, balance: str, dupe_factor: int) -> None:
     """Raise ValueError (naming the setting and a fix) if an NSP setting is out of range."""
     if not isinstance(max_seq_len, int) or max_seq_len < MIN_SEQ_LEN:
@@ -326,13 +337,7 @@ def create_nsp_examples(
     if not negatives and balance != "exact":
         raise ValueError(f"negatives=False needs balance='exact' (Google's rule makes every "
                          f"one-sentence chunk NotNext); got balance={balance!r}")
-    if isinstance(docs, TokenizedCorpus):
-        corpus = docs
-    else:
-        docs = list(docs)
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError("create_nsp_examples needs a tokenizers.Tokenizer to tokenize Documents")
-        corpus = tokenize_corpus(docs, tokenizer, include_title=include_title)
+    corpus = as_tokenized(docs, tokenizer, include_title, "create_nsp_examples")
     special = special_ids(tokenizer)
     usable = _check_corpus(corpus, negatives)
     rng = random.Random(seed)

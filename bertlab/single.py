@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 
 from bertlab.document import Document
 from bertlab.masking import IGNORE_INDEX
-from bertlab.nsp import NspExamples, TokenizedCorpus, check_nsp_settings, tokenize_corpus
+from bertlab.nsp import NspExamples, TokenizedCorpus, as_tokenized, check_nsp_settings
 from bertlab.tokenizer import SpecialIds, special_ids
 
 
@@ -93,13 +93,7 @@ def create_single_examples(
     if balance != "exact":
         raise ValueError(f"single segments have no pair label to balance; leave balance at "
                          f"'exact' (got balance={balance!r})")
-    if isinstance(docs, TokenizedCorpus):
-        corpus = docs
-    else:
-        if not isinstance(tokenizer, Tokenizer):
-            raise TypeError("create_single_examples needs a tokenizers.Tokenizer to tokenize "
-                            "Documents")
-        corpus = tokenize_corpus(list(docs), tokenizer, include_title=include_title)
+    corpus = as_tokenized(docs, tokenizer, include_title, "create_single_examples")
     if not any(corpus.sentences):
         raise ValueError(f"{corpus.name} is empty: no document has a sentence with text; pass "
                          f"documents with sentences (bertlab.load_corpus)")

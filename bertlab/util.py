@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -176,7 +177,7 @@ def sweep_dead_writers(path: str | Path) -> list[Path]:
     host, _ = _owner().split("-")
     swept = []
     # .old first, so a missing `path` is restored before anything is deleted.
-    entries = sorted(path.parent.glob(f".{glob_escape(path.name)}.{host}-*"),
+    entries = sorted(path.parent.glob(f".{glob.escape(path.name)}.{host}-*"),
                      key=lambda e: not e.name.endswith(".old"))
     for entry in entries:
         pid = entry.name[len(path.name) + 2 + len(host) + 1:].split(".", 1)[0]
@@ -188,11 +189,6 @@ def sweep_dead_writers(path: str | Path) -> list[Path]:
             shutil.rmtree(entry, ignore_errors=True)
         swept.append(entry)
     return swept
-
-
-def glob_escape(name: str) -> str:
-    """Return `name` with the characters glob treats as patterns escaped."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_empty: bool,
