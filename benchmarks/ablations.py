@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{len(records)}/{distinct}] {c['group']:<18} {c['name']:<10} seed {c['seed']} "
               f"{how}: " + ("" if mask is None else f"[MASK] {100 * mask:.1f} ") +
               f"mlm {100 * m['mlm_accuracy']:.1f} no-mask {100 * m['mlm_accuracy_no_mask']:.1f} "
-              f"nsp {100 * m['nsp_accuracy']:.1f} probe {probe}", flush=True)
+              "nsp " + ("not trained" if m["nsp_accuracy"] is None else
+                        f"{100 * m['nsp_accuracy']:.1f}") + f" probe {probe}", flush=True)
         save(complete=False)
 
     records[:] = run_grid(cells, args.cache_dir, force=args.force, on_record=on_record,

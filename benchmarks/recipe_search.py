@@ -116,14 +116,21 @@ def run_trial(name: str, spec: dict, seed: int, minutes: float) -> dict:
         schedule=spec["schedule"], precision=spec["precision"], betas=spec["betas"],
         weight_decay=spec["weight_decay"], eval_interval=None, checkpoint_interval=None,
         device="cpu", seed=seed, progress=False, log_interval=0)
-    result = bl.pretrain(model, train, None, train_config,
-                         objectives=("mlm", "nsp") if spec["nsp"] else ("mlm",))
-    metrics = evaluate(model, val, 40)
+    objectives = ("mlm", "nsp") if spec["nsp"] else ("mlm",)
+    result = bl.pretrain(model, train, None, train_config, objectives=objectives)
+    metrics = evaluate(model, val, 40, objectives=objectives)  # no NSP figure unless trained
     return {"trial": name, "seed": seed, "minutes": minutes, "spec": spec,
             "val_seq_len": VAL_SEQ_LEN,
             "steps": result.steps, "tokens": result.tokens,
             "tokens_per_s": result.tokens / result.elapsed_s,
+            "nsp_accuracy": None,  # None: not trained (MLM only)
             **{k: round(v, 5) for k, v in metrics.items()}}
+
+
+def not_trained_or(values) -> str:
+    """Return the median NSP accuracy of `values` as text, or "not trained" (None: MLM only)."""
+    values = list(values)
+    return "not trained" if None in values else f"{statistics.median(values):.3f}"
 
 
 def _key(record: dict) -> tuple:
@@ -152,7 +159,7 @@ def show(records: list[dict] | None = None) -> None:
         acc = [r["mask_accuracy"] for r in rs]
         spread = f" ({min(acc):.3f}-{max(acc):.3f})" if len(acc) > 1 else ""
         print(f"{trial:22} {minutes:4g} {val_len:4d} {len(rs):5d} {statistics.median(acc):7.3f}{spread:>11} "
-              f"{statistics.median(r['nsp_accuracy'] for r in rs):7.3f} "
+              f"{not_trained_or(r['nsp_accuracy'] for r in rs):>7} "
               f"{statistics.median(r['steps'] for r in rs):6.0f} "
               f"{statistics.median(r['tokens_per_s'] for r in rs):6.0f}")
     print(f"bar: always the most frequent [MASK] target = "
@@ -198,7 +205,7 @@ def main() -> None:
         with RESULTS.open("a") as f:
             f.write(json.dumps(record) + "\n")
         print(f"{name}:{seed} [MASK] {record['mask_accuracy']:.3f} NSP "
-              f"{record['nsp_accuracy']:.3f} steps {record['steps']} "
+              f"{not_trained_or([record['nsp_accuracy']])} steps {record['steps']} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
 
     with ThreadPoolExecutor(args.jobs) as pool:

@@ -186,7 +186,8 @@ def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
     model = build()
     result = fit(model, train, val, config)
     curve = [{"step": h["step"], "elapsed_s": h["elapsed_s"], "tokens": h["tokens"],
-              **{k: h[f"val_{k}"] for k in CURVE_KEYS}} for h in result.history]
+              **{k: h.get(f"val_{k}") for k in CURVE_KEYS}} for h in result.history]  # NSP
+    # accuracy is None (not trained) for a recipe without NSP
     cloze = cloze_score(model, tok)
     per_token = flops_per_token(model_config, r.max_seq_len, mlm_fraction)
     tokens_per_s = result.tokens / result.elapsed_s
@@ -225,8 +226,15 @@ def spread(values: list[float | None]) -> dict[str, float | None]:
             for k, v in (("median", median), ("min", ranked[0]), ("max", ranked[-1]))}
 
 
-def fmt(s: dict, digits: int = 3) -> str:
-    """Return "median (min-max)", with "never" for None."""
+def trained_spread(values: list[float | None]) -> dict[str, float | None] | None:
+    """Return `spread(values)`, or None for a head that was not trained (every value None)."""
+    return None if all(v is None for v in values) else spread(values)
+
+
+def fmt(s: dict | None, digits: int = 3) -> str:
+    """Return "median (min-max)", with "never" for None; "not trained" for no spread at all."""
+    if s is None:
+        return "not trained"
     shown = ["never" if s[k] is None else f"{s[k]:,.{digits}f}" for k in ("median", "min", "max")]
     return f"{shown[0]} ({shown[1]}-{shown[2]})"
 
@@ -255,7 +263,7 @@ def summarize(runs: dict[str, list[dict]], args, peak: dict[str, float]) -> dict
         print(f"{t:>8.1f} " + " ".join(f"{fmt(curves[a][i]):>22}" for a in arms))
 
     final = {a: {"mask_accuracy": spread([r["curve"][-1]["mask_accuracy"] for r in runs[a]]),
-                 "nsp_accuracy": spread([r["curve"][-1]["nsp_accuracy"] for r in runs[a]]),
+                 "nsp_accuracy": trained_spread([r["curve"][-1]["nsp_accuracy"] for r in runs[a]]),
                  "cloze_top1": spread([r["cloze"]["top1"] for r in runs[a]]),
                  "cloze_top5": spread([r["cloze"]["top5"] for r in runs[a]]),
                  "steps": spread([r["steps"] for r in runs[a]]),

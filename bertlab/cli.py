@@ -25,7 +25,7 @@ import torch
 from bertlab.checkpoint import latest_checkpoint, read_checkpoint_state
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
-from bertlab.course.doctor import run_doctor
+from bertlab.course.doctor import load_note, run_doctor
 from bertlab.data import pretraining_loader
 from bertlab.device import close_distributed, init_distributed, resolve_device
 from bertlab.document import split_documents
@@ -596,7 +596,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     result = _run_pretraining(args, out, s, tok, model, train, val, rank, world, say, device)
     say(history_table(result.history))
     say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
-        f"min (stopped by {result.stopped_by}); checkpoint {result.checkpoint}")
+        f"min (stopped by {result.stopped_by}; {load_note()}); checkpoint {result.checkpoint}")
     close_distributed()
     return 0
 

@@ -69,7 +69,8 @@ def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES) -> 
     """Return the `Objective` the training loop runs for these pretraining objectives."""
     names = check_objectives(objectives)
     return Objective(loss=functools.partial(pretraining_loss, objectives=names),
-                     counts=pretraining_counts, evaluate=evaluate, name=",".join(names))
+                     counts=pretraining_counts, name=",".join(names),
+                     evaluate=functools.partial(evaluate, objectives=names))
 
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterable[Batch] | None,
@@ -83,8 +84,8 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterab
     `train_loader`/`val_loader` yield dicts with input_ids, token_type_ids, attention_mask,
     labels and next_sentence_label (bertlab.pretraining_loader). Evaluates on `val_loader` at
     step 0, every `eval_interval` steps and at the end; see `train_loop` for checkpoints, resume,
-    DDP and errors. Without a pair objective the pair head gets no gradient: the history still
-    reports its accuracy, which then stays near chance.
+    DDP and errors. Without a pair objective the pair head gets no gradient, and the history
+    has no NSP figure: an untrained head's accuracy is not a result.
 
     Taught in notebooks/05_pretraining.ipynb
     """
@@ -117,7 +118,8 @@ def loader_mask_id(loader: object) -> int | None:
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None = None, *,
              device: torch.device | None = None, precision: str = "fp32",
-             mask_id: int | None = None) -> dict[str, float]:
+             mask_id: int | None = None,
+             objectives: Sequence[str] | str | None = None) -> dict[str, float]:
     """Return held-out metrics, led by the accuracy at [MASK] positions.
 
     A target position shows the model [MASK], a random token, or the original token ("kept").
@@ -126,8 +128,12 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     and `perplexity` (exp(mlm_loss)) come `mask_accuracy`/`mask_loss`, `random_*` and `kept_*`,
     and the bar a model without context reaches on the same [MASK] targets:
     `mask_unigram_accuracy` (always the most frequent of them) and `mask_unigram_loss` (their
-    unigram entropy, in nats). Then `nsp_loss` and `nsp_accuracy`, when the batches have pair
-    labels (single segments, `bertlab.single`, have none). Sums run over every
+    unigram entropy, in nats), with `mask_targets`, how many [MASK] targets they count (the
+    bar moves with the targets: another validation set, length or number of batches has another
+    most frequent target share). Then `nsp_loss` and `nsp_accuracy`, when the batches have pair
+    labels (single segments, `bertlab.single`, have none) and the pair head was trained: with
+    `objectives` that hold no pair objective (masked LM alone) they are left out, since an
+    untrained head scores chance and that is not a result. Sums run over every
     target, not per batch. The kinds need the [MASK] id: `mask_id`, or a bertlab loader's
     (else only the all-target and NSP figures are returned).
 
@@ -183,9 +189,11 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
             metrics[f"{name}_accuracy"] = total[f"{name}_correct"] / n
             metrics[f"{name}_loss"] = total[f"{name}_loss"] / n
         metrics.update(unigram_bar(torch.cat(mask_targets)))
+        metrics["mask_targets"] = int(total["mask_n"])  # what the bar was measured on
     metrics.update({"mlm_loss": mlm_loss, "mlm_accuracy": total["mlm_correct"] / total["targets"],
                     "perplexity": math.exp(min(mlm_loss, 50.0))})
-    if total["sequences"]:  # single segments have no pair label: no pair figure at all
+    trained = objectives is None or pair_objective(check_objectives(objectives)) is not None
+    if total["sequences"] and trained:  # else no pair figure at all: not trained, or no pairs
         metrics.update({"nsp_loss": total["nsp"] / total["sequences"],
                         "nsp_accuracy": total["nsp_correct"] / total["sequences"]})
     return metrics

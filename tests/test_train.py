@@ -20,6 +20,7 @@ from bertlab.checkpoint import (
     save_checkpoint,
 )
 from bertlab.corpus import load_corpus
+from bertlab.course.demo import history_table
 from bertlab.data import pretraining_loader
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
@@ -517,8 +518,26 @@ def test_evaluate_counts_every_target_once(tok, examples):
     assert metrics["mlm_accuracy"] == pytest.approx(correct / targets)
     kinds = {f"{k}_{m}" for k in ("mask", "random", "kept") for m in ("accuracy", "loss")}
     assert set(metrics) == {"mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy",
-                            "mask_unigram_accuracy", "mask_unigram_loss", *kinds}
+                            "mask_unigram_accuracy", "mask_unigram_loss", "mask_targets", *kinds}
     assert list(metrics)[0] == "mask_accuracy"  # the headline comes first
+    mask_id = tok.token_to_id("[MASK]")
+    shown_mask = sum(int(((b["labels"] != -100) & (b["input_ids"] == mask_id)).sum()) for b in batches)
+    assert metrics["mask_targets"] == shown_mask  # what the bar was counted on
+
+
+def test_an_untrained_pair_head_reports_no_nsp_figure(tok, examples):
+    # Masked LM alone never trains the NSP head: its accuracy is chance, not a result, so the
+    # metrics, the history and its table leave it out, and the table says why.
+    _, val = loaders(examples, tok)
+    model = make_model(tok)
+    assert "nsp_accuracy" in evaluate(model, val, max_batches=1, objectives=("mlm", "nsp"))
+    assert "nsp_accuracy" in evaluate(model, val, max_batches=1)  # objectives unknown
+    mlm_only = evaluate(model, val, max_batches=1, objectives=("mlm",))
+    assert not [k for k in mlm_only if k.startswith("nsp")]
+    history = [{"step": 0, "tokens": 0, **{f"val_{k}": v for k, v in mlm_only.items()}}]
+    table = history_table(history)
+    assert "NSP acc" not in table and "NSP: not trained" in table
+    assert f"on these {mlm_only['mask_targets']:,} targets" in table
 
 
 

@@ -15,7 +15,8 @@ Measurements of a cell (all on held-out data, the same validation masks for ever
 - `mlm_accuracy_kept` / `mlm_accuracy_random`: the same targets with no [MASK] in the input,
   every target left unchanged / replaced by a random token; `mlm_accuracy_no_mask` is their
   mean (the accuracy under a 50/50 mix of the two, with the targets held fixed);
-- `nsp_accuracy`: next-sentence prediction (chance is 0.5; MLM-only runs never train the head);
+- `nsp_accuracy`: next-sentence prediction (chance is 0.5); None for MLM-only runs, which never
+  train the head (an untrained head's accuracy is not a result);
 - `probe_accuracy` / `probe_accuracy_cls`: logistic regression on the frozen pooled / raw [CLS]
   vector for the BBC topic (BERT's "feature-based" column);
 - `finetune_accuracy`: the whole encoder fine-tuned on BBC topics (when the budget asks for it);
@@ -115,12 +116,12 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
         log_interval=0, progress=False)
     start = time.perf_counter()
-    run = pretrain(model, loader, curve_loader, train_config,
-                   objectives=("mlm", "nsp") if s["nsp"] else ("mlm",))
+    objectives = ("mlm", "nsp") if s["nsp"] else ("mlm",)
+    run = pretrain(model, loader, curve_loader, train_config, objectives=objectives)
     train_seconds = time.perf_counter() - start
     curve = [{"step": row["step"], "mask_accuracy": row["val_mask_accuracy"],
               "mlm_accuracy": row["val_mlm_accuracy"],
-              "nsp_accuracy": row["val_nsp_accuracy"]} for row in run.history]
+              "nsp_accuracy": row.get("val_nsp_accuracy")} for row in run.history]
 
     device = resolve_device(b.device)
     precision = resolve_precision(b.precision, device)
@@ -134,11 +135,12 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
                                  seed=EVAL_SEED, shuffle=True, masking="static",
                                  mask_config=MaskingConfig(mask_replace_prob=mask_p,
                                                            random_replace_prob=random_p))
-        scores = evaluate(model, val, b.eval_batches, device=device, precision=precision)
+        scores = evaluate(model, val, b.eval_batches, device=device, precision=precision,
+                          objectives=objectives)
         metrics[f"mlm_accuracy{suffix}"] = scores["mlm_accuracy"]
         metrics[f"mlm_loss{suffix}"] = scores["mlm_loss"]
         if not suffix:
-            metrics["nsp_accuracy"] = scores["nsp_accuracy"]
+            metrics["nsp_accuracy"] = scores.get("nsp_accuracy")  # None: not trained
             for name in ("mask_accuracy", "mask_loss", "mask_unigram_accuracy"):
                 metrics[name] = scores[name]
     metrics["mlm_accuracy_no_mask"] = (metrics["mlm_accuracy_kept"]

@@ -43,9 +43,10 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
     """Return a text table of a pretraining history (`TrainResult.history`), one row per
     evaluation, led by the accuracy at [MASK] positions (can it fill a blank from context?).
 
-    The last line is the bar a model without context reaches on the same [MASK] targets: always
-    the most frequent one (`baseline`, else the history's `val_mask_unigram_accuracy`), and
-    their unigram entropy as a loss. "all targets" also counts the 10% kept targets, which can
+    Then the bar a model without context reaches on the same [MASK] targets: always the most
+    frequent one (`baseline`, else the history's `val_mask_unigram_accuracy`, with how many
+    targets it counts), and their unigram entropy as a loss. A run without a pair objective has
+    no NSP column, and says so: an untrained head's accuracy is not a result. "all targets" also counts the 10% kept targets, which can
     be copied from the input, as BERT's own evaluation does.
     """
     pair = any("val_nsp_accuracy" in row for row in history)  # no column for an untrained head
@@ -63,9 +64,13 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
     last = history[-1] if history else {}
     bar = last.get("val_mask_unigram_accuracy") if baseline is None else baseline
     if bar is not None:
-        entropy = last.get("val_mask_unigram_loss")
-        lines.append(f"no context (always the most frequent [MASK] target): [MASK] acc {bar:.3f}"
+        entropy, n = last.get("val_mask_unigram_loss"), last.get("val_mask_targets")
+        lines.append("no context (always the most frequent [MASK] target"
+                     + ("" if n is None or baseline is not None else f", on these {n:,} targets")
+                     + f"): [MASK] acc {bar:.3f}"
                      + ("" if entropy is None else f", loss {entropy:.3f} (unigram entropy)"))
+    if history and not pair:
+        lines.append("NSP: not trained (no pair objective in this run, so no NSP figure)")
     return "\n".join(lines)
 
 

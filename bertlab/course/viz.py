@@ -272,12 +272,17 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
     if baseline is not None:
         axes[1].axhline(baseline, linestyle="--", color="gray", label="no context (unigram)")
     axes[1].set_title("masked-token accuracy")
-    curve(axes[2], "val_nsp_accuracy", "val NSP accuracy")
-    axes[2].axhline(0.5, linestyle="--", color="gray", label="chance")
+    if any("val_nsp_accuracy" in row for row in history):
+        curve(axes[2], "val_nsp_accuracy", "val NSP accuracy")
+        axes[2].axhline(0.5, linestyle="--", color="gray", label="chance")
+    else:  # no pair objective: the head was never trained, so there is nothing to plot
+        axes[2].text(0.5, 0.5, "NSP not trained\n(no pair objective)", ha="center",
+                     va="center", transform=axes[2].transAxes, color="gray")
     axes[2].set_title("next-sentence accuracy")
     for ax in axes:
         ax.set_xlabel("optimizer step")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
