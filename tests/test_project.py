@@ -113,7 +113,14 @@ def test_notebook_is_stored_executed_and_clean(path):
     assert counts == list(range(1, len(cells) + 1)), (
         f"{path.name}: execution counts {counts} are not 1..N; run tools/run_notebooks.py on it"
     )
-    assert "widgets" not in nb["metadata"], f"{path.name} stores widget state"
+    views = {o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+             for c in cells for o in c["outputs"]
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})}
+    state = nb["metadata"].get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    missing = sorted(views - set(state))
+    assert not missing, (f"{path.name}: widget outputs {missing} have no saved state, so "
+                         f"JupyterLab cannot draw them before Run All; run tools/run_notebooks.py")
     for cell in nb["cells"]:
         assert "execution" not in cell.get("metadata", {}), f"{path.name} stores cell timings"
     for i, cell in enumerate(cells, start=1):
@@ -459,3 +466,97 @@ def test_the_machine_path_check_sees_one():
     assert _MACHINE_PATH.search('"out": "/work/main/runs/x.json"')
     assert _MACHINE_PATH.search("--out /tmp/abc/run")
     assert not _MACHINE_PATH.search('"out": "runs/x.json", "ratio": "3/4"')
+
+
+# --------------------------------------------------------------------------------------------
+# An untrained head's accuracy is not a result: no committed record gives an NSP figure for a run
+# that did not train NSP
+
+def _untrained_nsp_figures() -> list[str]:
+    from bertlab.objectives import pair_objective
+    from bertlab.recipes import Recipe
+
+    found = []
+    results = ROOT / "benchmarks" / "results"
+    for path in sorted(results.glob("ablations-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        untrained = set()
+        for r in data["records"]:
+            if not r["config"]["settings"]["nsp"]:
+                untrained.add((r["cell"]["group"], r["cell"]["name"]))
+                points = [r["metrics"], *r["metrics"].get("curve", [])]
+                found += [f"{path.name}: {r['cell']['name']} seed {r['cell']['seed']}"
+                          for p in points if p.get("nsp_accuracy") is not None]
+        found += [f"{path.name}: summary {row['name']}" for row in data["summary"]
+                  if (row["group"], row["name"]) in untrained and "nsp_accuracy_mean" in row]
+    board = json.loads((results / "time_to_quality.json").read_text(encoding="utf-8"))
+    for arm, spec in board["recipes"].items():
+        runs = board["runs"][arm]
+        if not spec["nsp"] and (board["summary"]["final"][arm]["nsp_accuracy"] is not None or any(
+                run["final"].get("val_nsp_accuracy") is not None for run in runs)):
+            found.append(f"time_to_quality.json: {arm}")
+    for line in (results / "recipe_search.jsonl").read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if not r["spec"]["nsp"] and r.get("nsp_accuracy") is not None:
+            found.append(f"recipe_search.jsonl: {r['trial']} seed {r['seed']}")
+    for path in sorted(ROOT.glob("models/*/MANIFEST.json")):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        objectives = Recipe.from_dict(manifest["recipe"]).objectives
+        trains_pair_head = pair_objective(objectives) is not None
+        if not trains_pair_head and any(k.startswith("nsp") for k in manifest.get("validation", {})):
+            found.append(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_no_record_gives_an_nsp_figure_for_a_run_that_did_not_train_nsp():
+    found = _untrained_nsp_figures()
+    assert not found, "NSP figures of runs that never trained NSP (record None, 'not trained'):\n" \
+        + "\n".join(found)
+
+
+def test_no_notebook_output_prints_an_nsp_figure_it_calls_untrained():
+    figure = re.compile(r"NSP[^\n]{0,30}?\b0\.\d{2,}[^\n]*not trained|not trained[^\n]*NSP "
+                        r"(?:acc\w*\s*)?0\.\d{2,}")
+    found = [f"{name}: {m.group(0)}" for name, text in _committed_texts()
+             if name.endswith(".ipynb") for m in figure.finditer(text)]
+    assert not found, "\n".join(found)
+    assert figure.search("kept 0.773; NSP 0.469 (not trained)")
+
+
+# --------------------------------------------------------------------------------------------
+# The times the course states come from a measurement: tools/run_notebooks.py records how long
+# each notebook took, and under what load; the README's minutes column must agree with it
+
+def _run_times() -> dict:
+    return json.loads((ROOT / "notebooks" / "run_times.json").read_text(encoding="utf-8"))
+
+
+def test_every_notebook_was_timed_on_a_quiet_machine_within_its_budget():
+    times = _run_times()
+    for path in NOTEBOOKS:
+        t = times.get(path.name)
+        assert t, f"{path.name} has no recorded run time; run make notebooks"
+        assert t["seconds"] <= 300, f"{path.name} took {t['seconds']:.0f} s, over its 5 minutes"
+        load = max(x for x in (t["load_average_before"], t["load_average_after"]) if x is not None)
+        assert load <= t["cpus"] + 0.5, (
+            f"{path.name} was timed at load average {load} on {t['cpus']} cores: its stored "
+            f"times are a busy machine's; re-run it with the machine otherwise idle")
+
+
+def test_the_readme_minutes_per_notebook_are_the_measured_ones():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\d\d_\w+)` \|.*\| (< 1|~\d+) \|$", readme, flags=re.M))
+    assert len(rows) == len(NOTEBOOKS), f"README's course table lists {sorted(rows)}"
+    for name, stated in rows.items():
+        minutes = _run_times()[f"{name}.ipynb"]["seconds"] / 60
+        expected = "< 1" if minutes < 1 else f"~{max(1, round(minutes))}"
+        assert stated == expected, f"README says {name} takes {stated} min; measured {minutes:.1f}"
+
+
+def test_records_name_the_files_the_makefile_writes():
+    # A results file's commands are the ones `make results` runs: same intermediate files
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    zh = json.loads((ROOT / "benchmarks" / "results" / "chinese_wwm.json").read_text(encoding="utf-8"))
+    outs = re.findall(r"--out (\S+)", " ".join(m["command"] for m in zh["merged_from"]))
+    assert outs and all(f"--out {o}" in makefile for o in outs), outs
+    assert zh["command"].split("chinese_wwm.py ")[1] in makefile

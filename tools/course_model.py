@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -54,6 +55,11 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def load_average() -> float | None:
+    """Return the 1-minute load average (None where the system has none)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=8000)
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "course-model")
     p.add_argument("--out", type=Path, default=ROOT / "models" / "course-tiny")
     args = p.parse_args(argv)
-    start = time.perf_counter()
+    start, load_start = time.perf_counter(), load_average()
     pretrain = ["pretrain", "--recipe", "course", "--corpus", "bbc", "--max-steps",
                 str(args.steps), "--threads", str(args.threads), "--eval-interval", "1000",
                 "--checkpoint-interval", "1000", "--no-progress", "--out", str(args.run)]
@@ -102,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
         "files": {f.name: sha256(f) for f in sorted(staging.iterdir()) if f.is_file()},
         "minutes": round((time.perf_counter() - start) / 60, 1),
+        # beside the minutes, how busy the machine was: a load above the cores means the run
+        # shared them, and its minutes are longer than a free machine's
+        "load_average": {"start": load_start, "end": load_average()},
+        "cpus": os.cpu_count(),
     }
     atomic_write_json(staging / "MANIFEST.json", manifest)
     shutil.rmtree(args.out, ignore_errors=True)

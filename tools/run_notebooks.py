@@ -3,19 +3,30 @@
 Usage: python tools/run_notebooks.py notebooks/01_corpus_and_tokenizer.ipynb [...]
 
 Each notebook runs in its own kernel from the current environment, with the notebooks/ folder as
-working directory, and is saved without per-cell timing metadata or widget state (both change on
-every run and would make every re-run a diff; widget state is kept while running and removed
-before saving).
+working directory. It is saved with its widget state (so JupyterLab draws the widgets of a
+freshly opened notebook before anything runs) and without per-cell timing metadata (which
+changes on every run). How long each notebook took, with the load average before and after and
+the number of cores, goes into notebooks/run_times.json: the stored outputs' times are only
+comparable with a machine that was not busy.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+RUN_TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "run_times.json"
+
+
+def load_average() -> float | None:
+    """Return the 1-minute load average (None where the system has none, e.g. Windows)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def run(path: Path, timeout: int = 900) -> float:
@@ -26,18 +37,24 @@ def run(path: Path, timeout: int = 900) -> float:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
-        # nbclient's Output-widget capture needs widget state during execution (with False it
-        # raises KeyError); the state is dropped below before saving.
-        store_widget_state=True,
+        store_widget_state=True,  # saved in nb.metadata.widgets: JupyterLab draws it on open
     )
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
-    nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return elapsed
+
+
+def record(name: str, seconds: float, load_before: float | None) -> None:
+    """Write one notebook's run time, with the load it ran under, into run_times.json."""
+    times = json.loads(RUN_TIMES.read_text()) if RUN_TIMES.exists() else {}
+    times[name] = {"seconds": round(seconds, 1), "load_average_before": load_before,
+                   "load_average_after": load_average(), "cpus": os.cpu_count(),
+                   "date": time.strftime("%Y-%m-%d")}
+    RUN_TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
 
 
 def main(argv: list[str]) -> int:
@@ -46,8 +63,11 @@ def main(argv: list[str]) -> int:
         return 2
     for name in argv:
         path = Path(name)
+        before = load_average()
         seconds = run(path)
-        print(f"{path}: executed in {seconds:.0f} s")
+        record(path.name, seconds, before)
+        print(f"{path}: executed in {seconds:.0f} s (load average {before} before, "
+              f"{load_average()} after, {os.cpu_count()} cores)")
     return 0
 
 

@@ -67,6 +67,8 @@ WIDGET_SECONDS = 30       # one widget round trip: browser -> kernel -> browser
 USER_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
         {"fetchNews": "false", "checkForUpdates": False},
+    # Every cell in the page, not only those in view, so that a widget far down can be found.
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
 
@@ -113,6 +115,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
                JUPYTER_DATA_DIR=str(home / "data"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                IPYTHONDIR=str(home / "ipython"))
     lab = Lab(root, _free_port(), secrets.token_hex(16))
+    lab.env = env  # `jupyter trust` must sign into this server's notary (its data dir)
     command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--port={lab.port}", f"--IdentityProvider.token={lab.token}",
                f"--ServerApp.root_dir={root}"]
@@ -329,7 +332,14 @@ INTERACTIONS = {
 }
 
 
-# --- the test ----------------------------------------------------------------------------------
+# --- the tests ---------------------------------------------------------------------------------
+
+def keep_screenshot(driver: WebDriver, lab: Lab, stem: str) -> None:
+    """Save what the page showed when a check failed, beside the lab's folder, and say where."""
+    screenshot = lab.root.parent / f"{stem}.png"
+    driver.save_screenshot(str(screenshot))
+    print(f"screenshot of the page: {screenshot}")
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -348,9 +358,36 @@ def test_notebook_runs_and_its_widgets_work_in_jupyterlab(lab, driver, name):
         errors = console_errors(driver)
         assert not errors, f"{name}: browser console errors:\n" + "\n".join(errors)
     except (AssertionError, WebDriverException):
-        screenshot = lab.root.parent / f"{Path(name).stem}-failure.png"
-        driver.save_screenshot(str(screenshot))
-        print(f"screenshot of the page: {screenshot}")
+        keep_screenshot(driver, lab, f"{Path(name).stem}-failure")
+        raise
+    finally:
+        lab.shut_down_kernels()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_a_freshly_opened_notebook_draws_its_saved_widgets_before_anything_runs(lab, driver,
+                                                                                 name):
+    # The notebook is stored with its widget state (tools/run_notebooks.py), so a student who
+    # opens it sees the widgets of the stored run, not their `VBox(children=...` text. JupyterLab
+    # draws stored widgets (and other active output) only for a trusted notebook: `make lab`
+    # trusts the course's notebooks, as this test does.
+    console_errors(driver)
+    copy = lab.root / "notebooks" / name
+    shutil.copy(ROOT / "notebooks" / name, copy)  # as committed
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(copy)], env=lab.env, check=True,
+                   capture_output=True)
+    driver.get(f"{lab.url}/lab/workspaces/{Path(name).stem}-open/tree/notebooks/{name}"
+               f"?reset&token={lab.token}")
+    try:
+        WebDriverWait(driver, 60).until(
+            lambda d: len(widgets_on_page(d)) >= len(INTERACTIONS[name]),
+            f"{name}: the saved widgets were not drawn within 60 s of opening it")
+        assert not (problems := driver.execute_script(PAGE_PROBLEMS)), f"{name}: {problems}"
+        prompts = [p.text for p in driver.find_elements(By.CSS_SELECTOR, ".jp-InputPrompt")]
+        assert not any("*" in p for p in prompts), f"{name}: a cell ran on opening: {prompts}"
+    except (AssertionError, WebDriverException):
+        keep_screenshot(driver, lab, f"{Path(name).stem}-open-failure")
         raise
     finally:
         lab.shut_down_kernels()
