@@ -18,6 +18,7 @@ import torch
 from bertlab.checkpoint import list_checkpoints
 from bertlab.corpus import load_corpus
 from bertlab.course.cloze import cloze_score
+from bertlab.course.doctor import load_note
 from bertlab.course.viz import plot_training_curves
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device
@@ -205,5 +206,5 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
     print(f"\nplots: {out / 'curves.png'}; history: {run_dir / 'history.csv'}; "
           f"model: {run_dir} (try: python -m bertlab fill-mask {run_dir} "
           f"\"the [MASK] rose sharply\")")
-    print(f"demo finished in {(time.perf_counter() - start) / 60:.1f} min")
+    print(f"demo finished in {(time.perf_counter() - start) / 60:.1f} min ({load_note()})")
     return results
