@@ -56,6 +56,11 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
+def resolve_compile(compile: bool | None, device: torch.device) -> bool:
+    """Return whether the training loop compiles the model: `compile`, or None for on with CUDA."""
+    return device.type == "cuda" if compile is None else compile
+
+
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Return the mixed-precision context for forward passes (a no-op for fp32).
 

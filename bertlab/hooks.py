@@ -27,7 +27,14 @@ from tqdm.auto import tqdm
 
 from bertlab.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
 from bertlab.config import TrainConfig, lr_at
-from bertlab.device import fast_math, from_rank0, rank_world, resolve_device, resolve_precision
+from bertlab.device import (
+    fast_math,
+    from_rank0,
+    rank_world,
+    resolve_compile,
+    resolve_device,
+    resolve_precision,
+)
 from bertlab.resume import (
     CheckpointSaver,
     DataPosition,
@@ -127,7 +134,7 @@ class RunHooks:
         self.is_main = self.rank == 0
         self.device = resolve_device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
-        self.compile = self.device.type == "cuda" if config.compile is None else config.compile
+        self.compile = resolve_compile(config.compile, self.device)
         check_loader_batch(train_loader, config, self.world)
         # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
         self.out = check_run_folder(out_dir, resume) if self.is_main else (

@@ -403,6 +403,17 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     return sums
 
 
+def _target_rows(labels: torch.Tensor, capacity: int | None) -> torch.Tensor:
+    """Return the flat positions the MLM head reads: the targets, in row-major order; with a
+    `capacity`, exactly that many, the targets first, then positions labelled -100."""
+    untargeted = labels.flatten() == NOT_PREDICTED
+    if capacity is None:
+        return (~untargeted).nonzero().squeeze(1)  # data-dependent length
+    # A stable sort puts the targets (0) before the rest (1), each in their order: a fixed
+    # length, so torch.compile traces one graph with no nonzero.
+    return torch.sort(untargeted.to(torch.uint8), stable=True).indices[:capacity]
+
+
 class BertForPreTraining(nn.Module):
     """BERT with its two pretraining heads: masked LM (tied decoder) and next-sentence prediction.
 
@@ -426,14 +437,18 @@ class BertForPreTraining(nn.Module):
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 next_sentence_label: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
-                full_mlm_logits: bool = False) -> PreTrainingOutput:
+                full_mlm_logits: bool = False, mlm_capacity: int | None = None,
+                ) -> PreTrainingOutput:
         """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
 
         With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the labelled
         positions: `mlm_logits` is (num_targets, V), in row-major order of the positions. Without
         labels, or with `full_mlm_logits=True`, it is (B, T, V) (same loss, much more work). A
         batch with zero targets gives mlm_loss = 0 (attached to the graph), not NaN.
-        `loss` = mlm_loss + nsp_loss, or whichever of the two has labels.
+        `loss` = mlm_loss + nsp_loss, or whichever of the two has labels. `mlm_capacity` fixes
+        the head's rows (shapes that do not depend on the data, for torch.compile): the targets
+        first, then unlabelled positions that add nothing to the loss; it must be at least the
+        number of targets (`bertlab.pretraining.mlm_capacity` picks it).
         """
         _check_inputs(input_ids, self.config, labels=labels)
         if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
@@ -442,7 +457,7 @@ class BertForPreTraining(nn.Module):
         sparse = labels is not None and not full_mlm_logits
         where = positions = None
         if sparse:
-            where = (labels.flatten() != NOT_PREDICTED).nonzero().squeeze(1)  # (B*T,) -> (N,)
+            where = _target_rows(labels, mlm_capacity)  # (B*T,) -> (N,) or (mlm_capacity,)
             # Only the targets' final vectors reach the MLM loss, so the last block can skip the
             # other tokens (unless every layer's full states were asked for).
             positions = None if output_hidden_states else where

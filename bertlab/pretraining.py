@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.device import autocast_context, to_device
-from bertlab.masking import IGNORE_INDEX
+from bertlab.device import autocast_context, resolve_compile, resolve_device, to_device
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
@@ -39,8 +39,30 @@ def pretraining_counts(batch: Batch) -> dict[str, float]:
                                                 batch["next_sentence_label"]).items()}
 
 
+def target_share_bound(masking: MaskingConfig) -> float:
+    """Return a share of a batch's positions that its MLM targets never exceed, with margin: a
+    quarter above the masking rate, plus 2 points (whole words, and at least one per row, are
+    covered by `mlm_capacity`'s extra row per sequence)."""
+    return min(1.0, 1.25 * masking.mlm_probability + 0.02)
+
+
+def mlm_capacity(labels: torch.Tensor, target_share: float) -> int:
+    """Return how many rows the MLM head gets for `labels` (B, T) with at most `target_share`
+    of the positions as targets: a number fixed by the shape alone, so a compiled model sees
+    the same shapes on every batch of that shape. Refused when the batch has more targets."""
+    rows, length = labels.shape
+    capacity = min(rows * length, math.ceil(target_share * rows * length) + rows)
+    targets = int((labels != IGNORE_INDEX).sum())
+    if targets > capacity:
+        raise ValueError(f"a batch of {rows} x {length} has {targets} MLM targets, more than the "
+                         f"{capacity} rows the compiled MLM head reserves (a {target_share:.0%} "
+                         f"share); pass compile=False, or check the loader's masking rate")
+    return capacity
+
+
 def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *,
-                     objectives: Sequence[str] = BERT_OBJECTIVES) -> torch.Tensor:
+                     objectives: Sequence[str] = BERT_OBJECTIVES,
+                     target_share: float | None = None) -> torch.Tensor:
     """Return this batch's share of the step's loss: each objective's sum over the step's totals.
 
     Dividing summed cross-entropies (`loss_sums`, from `bertlab.model.pretraining_loss_sums`) by
@@ -51,12 +73,16 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     loss; ("mlm",) is masked LM only (RoBERTa's choice, and the "MLM only" ablation): the model
     then gets no pair labels, so no gradient reaches the pooler or the pair head, and no loss
     reads the last layer's [CLS] vector; ("mlm", "sop") trains that head on sentence order.
+    With `target_share` the MLM head gets a fixed number of rows (`mlm_capacity`), the form a
+    compiled model needs.
 
     Taught in notebooks/05_pretraining.ipynb
     """
     if pair_objective(objectives) is None:
         batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-    sums = model(**batch).loss_sums
+    fixed = {} if target_share is None else {
+        "mlm_capacity": mlm_capacity(batch["labels"], target_share)}
+    sums = model(**batch, **fixed).loss_sums
     loss = None
     for name in objectives:
         spec = OBJECTIVES[name]
@@ -65,10 +91,13 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     return loss
 
 
-def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES) -> Objective:
-    """Return the `Objective` the training loop runs for these pretraining objectives."""
+def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
+                          target_share: float | None = None) -> Objective:
+    """Return the `Objective` the training loop runs for these pretraining objectives (with
+    `target_share`, for a compiled model: see `pretraining_loss`)."""
     names = check_objectives(objectives)
-    return Objective(loss=functools.partial(pretraining_loss, objectives=names),
+    return Objective(loss=functools.partial(pretraining_loss, objectives=names,
+                                            target_share=target_share),
                      counts=pretraining_counts, name=",".join(names),
                      evaluate=functools.partial(evaluate, objectives=names))
 
@@ -89,7 +118,12 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterab
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    objective = pretraining_objective(objectives)
+    # A compiled model gets a fixed number of MLM rows per batch shape (one graph, no nonzero),
+    # sized from the training loader's masking rate when the loader says what it is.
+    masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
+    compiled = resolve_compile(config.compile, resolve_device(config.device))
+    share = target_share_bound(masking) if compiled and isinstance(masking, MaskingConfig) else None
+    objective = pretraining_objective(objectives, target_share=share)
     trained = {prefix for name in objective.name.split(",") for prefix in OBJECTIVES[name].trains}
     # Parameters only an objective outside this run trains (the pooler and the pair head, for
     # masked LM alone) get no gradient: they sit the run out (so DDP does not wait for their

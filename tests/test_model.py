@@ -293,8 +293,9 @@ def test_bad_inputs_get_clear_errors():
 
 
 def test_forward_is_one_graph_under_torch_compile():
-    # No data-dependent Python branches in the training forward: torch.compile (on for CUDA)
-    # traces it as one graph, with padding and a variable number of MLM targets.
+    # No data-dependent Python branches or shapes in the training forward: with a fixed number
+    # of MLM rows (mlm_capacity), torch.compile (on for CUDA) traces it as one graph, padding
+    # and all, with no nonzero (whose data-dependent length would split the graph).
     import torch._dynamo as dynamo
 
     config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2)
@@ -304,9 +305,23 @@ def test_forward_is_one_graph_under_torch_compile():
     attention[1, 10:] = 0
     labels = torch.full_like(ids, IGNORE_INDEX)
     labels[:, 2] = ids[:, 2]
-    with dynamo.config.patch(capture_dynamic_output_shape_ops=True):
-        dynamo.reset()
-        explained = dynamo.explain(model)(ids, attention, torch.zeros_like(ids), labels,
-                                          torch.tensor([0, 1, 0]))
+    dynamo.reset()
+    explained = dynamo.explain(model)(ids, attention, torch.zeros_like(ids), labels,
+                                      torch.tensor([0, 1, 0]), mlm_capacity=12)
     assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
     assert explained.graph_count == 1
+
+
+def test_a_fixed_mlm_capacity_gives_the_same_loss_and_the_targets_logits_first():
+    config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2)
+    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0)).eval()
+    ids = torch.randint(5, 300, (3, 16), generator=torch.Generator().manual_seed(1))
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 2], labels[0, 9] = ids[:, 2], ids[0, 9]
+    sparse = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
+    fixed = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]),
+                  mlm_capacity=10)
+    assert fixed.mlm_logits.shape == (10, 300) and sparse.mlm_logits.shape == (4, 300)
+    torch.testing.assert_close(fixed.mlm_logits[:4], sparse.mlm_logits)
+    torch.testing.assert_close(fixed.loss, sparse.loss)
+    assert fixed.loss_sums["targets"] == 4  # the padding rows are labelled -100: not counted

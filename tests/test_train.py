@@ -22,14 +22,17 @@ from bertlab.checkpoint import (
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import history_table
 from bertlab.data import pretraining_loader
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import (
     evaluate,
     fill_mask,
+    mlm_capacity,
     pretrain,
     pretraining_counts,
     pretraining_loss,
+    target_share_bound,
     unigram_baseline,
 )
 from bertlab.tokenizer import train_tokenizer
@@ -572,3 +575,33 @@ def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, t
     with pytest.raises(ValueError, match="training examples' digest .* this resume has"):
         pretrain(make_model(tok), swapped, None, quiet(max_steps=6, checkpoint_interval=2),
                  out_dir=tmp_path / "run", resume=True)  # ...but other text
+
+
+@pytest.mark.slow
+def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, examples):
+    # torch.compile (inductor: C++ on a CPU, Triton on a GPU) of the training forward, the loss
+    # and the backward; the fused optimizer step stays eager. The MLM head gets a fixed number
+    # of rows (pretraining_loss's mlm_capacity), so no data-dependent shape splits the graph.
+    import torch._dynamo as dynamo
+
+    train, _ = loaders(examples, tok)
+    config = quiet(max_steps=3, lr=1e-3, schedule="constant", warmup_fraction=0.0)
+    eager = pretrain(make_model(tok, dropout=0.0), train, None, config)
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    compiled = pretrain(make_model(tok, dropout=0.0), train, None,
+                        dataclasses.replace(config, compile=True))
+    assert not dynamo.utils.counters["graph_break"], dict(dynamo.utils.counters["graph_break"])
+    assert compiled.steps == eager.steps == 3
+    assert compiled.step_losses == pytest.approx(eager.step_losses, rel=1e-4)
+
+
+def test_the_mlm_capacity_is_fixed_by_the_shape_and_refuses_a_batch_that_overflows_it():
+    empty = torch.full((4, 16), IGNORE_INDEX)
+    assert mlm_capacity(empty, 0.5) == 4 * 16 // 2 + 4  # half the positions, one more per row
+    assert mlm_capacity(empty, 1.0) == 4 * 16  # never more rows than positions
+    assert target_share_bound(MaskingConfig(mlm_probability=0.4)) == pytest.approx(0.52)
+    crowded = empty.clone()
+    crowded[0, :15] = 7
+    with pytest.raises(ValueError, match="15 MLM targets, more than the 8 rows"):
+        mlm_capacity(crowded, 0.05)
