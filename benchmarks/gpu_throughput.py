@@ -3,7 +3,8 @@
 For each preset (default: base and tiny) at sequence length 128: the full training step (forward,
 MLM + NSP loss, backward, gradient clipping, fused AdamW) under bf16 autocast and torch.compile,
 for bertlab's model and for transformers' (SDPA attention), both with the process-wide switches
-the training loop sets (`bertlab.device.fast_math`: TF32, dynamo tracing the sparse MLM head).
+the training loop sets (`bertlab.device.fast_math`: TF32). bertlab's MLM head runs at the targets
+only, with the fixed number of rows a compiled run gives it (`bertlab.pretraining.mlm_capacity`).
 Prints the median step time, tokens/s, model FLOPs utilisation (bertlab.sizes.flops_per_token x
 tokens/s / peak; the same FLOP count for both, so the MFU ratio is the speed ratio) and the
 ratio transformers / bertlab.
@@ -13,7 +14,8 @@ a seeded generator: the step costs what a packed pretraining batch costs.
 
 Usage: python benchmarks/gpu_throughput.py [--presets base tiny] [--peak-tflops 989]
 Needs a CUDA GPU; without one it says so and exits (status 0, so `make bench` carries on).
-`--device cpu --steps 2 --warmup 1` runs the same code on the CPU as a smoke test (no MFU).
+`--device cpu --steps 2 --warmup 1` runs the same code on the CPU as a smoke test (no MFU); a
+CPU run writes into a temporary folder unless `--out` says where, never over the GPU record.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +32,13 @@ import torch
 
 from bertlab.device import autocast_context, fast_math
 from bertlab.hf import hf_config_fields
+from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pretraining import pretraining_counts, pretraining_loss
+from bertlab.pretraining import pretraining_counts, pretraining_loss, target_share_bound
 from bertlab.sizes import flops_per_token
 from bertlab.train import TrainConfig, build_optimizer
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def make_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device,
@@ -64,6 +70,8 @@ def time_steps(model, batch, device, precision, compile_model, warmup, steps) ->
     optimizer = build_optimizer(model, config, device)
     step_model = torch.compile(model) if compile_model else model
     totals = pretraining_counts(batch)
+    # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
+    share = target_share_bound(MaskingConfig()) if compile_model else None
     times = []
     for i in range(warmup + steps):
         if device.type == "cuda":
@@ -71,7 +79,7 @@ def time_steps(model, batch, device, precision, compile_model, warmup, steps) ->
         t0 = time.perf_counter()
         with autocast_context(device, precision):
             if isinstance(model, BertForPreTraining):
-                loss = pretraining_loss(step_model, batch, totals)
+                loss = pretraining_loss(step_model, batch, totals, target_share=share)
             else:
                 loss = step_model(**batch).loss
         loss.backward()
@@ -99,8 +107,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-reference", action="store_true", help="skip transformers")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"
-                                             / "gpu_throughput.json"))
+    parser.add_argument("--out", default=None, help="the JSON to write (default: on a GPU, "
+                        "benchmarks/results/gpu_throughput.json; on a CPU, a temporary folder)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -144,6 +152,9 @@ def main() -> int:
         if "transformers" in medians:
             print(f"{preset:>6} ratio transformers / bertlab step time: "
                   f"{medians['transformers'] / medians['bertlab']:.2f}x")
+    if args.out is None:  # a CPU smoke run never lands on the GPU record
+        args.out = str(RESULTS / "gpu_throughput.json" if device.type == "cuda" else
+                       Path(tempfile.mkdtemp(prefix="gpu_throughput-")) / "gpu_throughput.json")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(args), "device": str(device), "rows": rows},

@@ -81,18 +81,17 @@ def fast_math(device: torch.device, compile: bool) -> Iterator[None]:
     settings come back when the run ends:
 
     - on CUDA, TF32 for matmuls and convolutions: what autocast leaves in fp32 runs on the
-      tensor cores (a 10-bit mantissa, plenty for training);
-    - when compiling, `torch._dynamo.config.capture_dynamic_output_shape_ops`: the sparse MLM
-      head gathers the masked positions (`nonzero`), a shape that depends on the data; with the
-      flag dynamo traces it, so the whole forward stays one graph.
+      tensor cores (a 10-bit mantissa, plenty for training).
+
+    `compile` is accepted for the switches a compiled run may want; there is none today: the
+    compiled MLM head has a fixed number of rows (`bertlab.pretraining.mlm_capacity`), so no
+    data-dependent shape needs dynamo's `capture_dynamic_output_shape_ops`.
     """
     with contextlib.ExitStack() as stack:
         if device.type == "cuda":
             before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
             stack.callback(_set_tf32, *before)
-        if compile:
-            stack.enter_context(torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True))
         yield
 
 
