@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
+import time
 from argparse import Namespace
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,3 +42,20 @@ def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: 
     }
     out.write_text(json.dumps(record, indent=1))
     print(f"written: {out}")
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5,
+                device: torch.device | str = "cpu") -> float:
+    """Return the FLOP/s of an n x n matmul in `dtype` on `device` (median of `repeats`, after a
+    warm-up): the machine's own peak, to set a model's FLOP/s against."""
+    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    a @ b
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        sync()
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)

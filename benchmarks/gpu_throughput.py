@@ -1,27 +1,33 @@
 """GPU pretraining throughput and MFU: bertlab vs transformers' BertForPreTraining, side by side.
 
-For each preset (default: base and tiny) at sequence length 128: the full training step (forward,
-MLM + NSP loss, backward, gradient clipping, fused AdamW) under bf16 autocast and torch.compile,
-for bertlab's model and for transformers' (SDPA attention), both with the process-wide switches
-the training loop sets (`bertlab.device.fast_math`: TF32). bertlab's MLM head runs at the targets
-only, with the fixed number of rows a compiled run gives it (`bertlab.pretraining.mlm_capacity`).
-Prints the median step time, tokens/s, model FLOPs utilisation (bertlab.sizes.flops_per_token x
-tokens/s / peak; the same FLOP count for both, so the MFU ratio is the speed ratio) and the
-ratio transformers / bertlab.
+Each row is one training step, timed as a median over `--steps` after `--warmup` (compilation)
+steps, for bertlab's model and for transformers' (SDPA attention, compiled the same way, dropout
+0.1 as in BERT): forward, MLM + NSP loss, backward, gradient clipping, fused AdamW, under bf16
+autocast and torch.compile, with the switches the training loop sets (`bertlab.device.fast_math`).
+bertlab's MLM head runs at the targets only, with the fixed number of rows a compiled run gives
+it (`bertlab.pretraining.mlm_capacity`).
 
-Batches are full-length sequences (no padding) with 15% of positions as MLM targets, drawn from
-a seeded generator: the step costs what a packed pretraining batch costs.
+The rows (`--rows preset:seq_len:batch`): tiny, mini and base at 128 tokens and base at 512 on
+`full` batches (every position a real token, 15% of them MLM targets: what a packed batch
+costs), and base at 128 on `real` batches, BBC pairs from a `prepare`d shard folder (`--shards`),
+padded to the length, so the row shows what padding costs. tokens_per_s counts real tokens.
 
-Usage: python benchmarks/gpu_throughput.py [--presets base tiny] [--peak-tflops 989]
+The record, benchmarks/results/gpu_throughput.json (rewritten after every row, so a run cut
+short keeps the rows it finished): `device` (the GPU's name), `torch`, `compile`,
+`matmul_peak_tflops` (this GPU's measured bf16 matmul peak) and `rows`, each with preset,
+seq_len, batch, batch_size, vocab_size, tokens_per_s, mfu (against `--peak-tflops`, 989 for
+an H100/H200, with `bertlab.sizes.flops_per_token`), mfu_measured_peak,
+transformers_tokens_per_s and ratio_vs_transformers (bertlab / transformers).
+
+Usage: python benchmarks/gpu_throughput.py [--rows base:128:full ...] [--shards data/bbc_shards]
 Needs a CUDA GPU; without one it says so and exits (status 0, so `make bench` carries on).
-`--device cpu --steps 2 --warmup 1` runs the same code on the CPU as a smoke test (no MFU); a
-CPU run writes into a temporary folder unless `--out` says where, never over the GPU record.
+`--device cpu` runs the same code on the CPU as a smoke test (no MFU); a CPU run writes into a
+temporary folder unless `--out` says where, never over the GPU record.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -29,13 +35,16 @@ import time
 from pathlib import Path
 
 import torch
+from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 
+from bertlab.data import pretraining_loader
 from bertlab.device import autocast_context, fast_math
 from bertlab.hf import hf_config_fields
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import pretraining_counts, pretraining_loss, target_share_bound
 from bertlab.sizes import flops_per_token
+from bertlab.tokenizer import load_tokenizer
 from bertlab.train import TrainConfig, build_optimizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -63,17 +72,19 @@ def hf_model(config: BertConfig):
     return transformers.BertForPreTraining(hf_config)
 
 
-def time_steps(model, batch, device, precision, compile_model, warmup, steps) -> list[float]:
-    """Return the seconds of `steps` training steps after `warmup` (compilation) steps."""
+def time_steps(model, batches, device, precision, compile_model, warmup, steps) -> list[float]:
+    """Return the seconds of `steps` training steps after `warmup` (compilation) steps, cycling
+    over `batches`."""
     config = TrainConfig(lr=1e-4)
     model.to(device).train()
     optimizer = build_optimizer(model, config, device)
     step_model = torch.compile(model) if compile_model else model
-    totals = pretraining_counts(batch)
     # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
     share = target_share_bound(MaskingConfig()) if compile_model else None
     times = []
     for i in range(warmup + steps):
+        batch = batches[i % len(batches)]
+        totals = pretraining_counts(batch)
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -93,12 +104,70 @@ def time_steps(model, batch, device, precision, compile_model, warmup, steps) ->
     return times
 
 
-def main() -> int:
+ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "base:128:real")
+BATCH_SIZES = {("tiny", 128): 1024, ("mini", 128): 512, ("base", 128): 256, ("base", 512): 64}
+
+
+def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, device: torch.device):
+    """Return (`count` BBC batches from a shard folder, padded to `seq_len`, its vocab size)."""
+    tok = load_tokenizer(shards / "tokenizer.json")
+    loader = pretraining_loader(shards, tok, split="train", batch_size=batch_size,
+                                max_seq_len=seq_len, pad_to_multiple_of=seq_len, seed=0)
+    batches = []
+    while len(batches) < count:  # a small folder is cycled
+        batches += [{k: v.to(device) for k, v in b.items()} for b in loader]
+    return batches[:count], tok.get_vocab_size()
+
+
+def measure_row(args, spec: str, device: torch.device, precision: str) -> dict | None:
+    """Return one row of the record: bertlab and transformers on the same batches."""
+    preset, seq_len, kind = spec.split(":")
+    seq_len = int(seq_len)
+    batch_size = args.batch_size or BATCH_SIZES.get((preset, seq_len), 64)
+    count = args.warmup + args.steps
+    if kind == "real":
+        if args.shards is None:
+            print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
+                  f"--out data/bbc_shards makes one)")
+            return None
+        batches, vocab = real_batches(args.shards, batch_size, seq_len, count, device)
+    else:
+        vocab = args.vocab_size
+        batches = [make_batch(batch_size, seq_len, vocab, device, torch.Generator().manual_seed(i))
+                   for i in range(min(count, 4))]
+    config = BertConfig.preset(preset, vocab_size=vocab, max_position_embeddings=max(512, seq_len))
+    tokens = statistics.median(int(b["attention_mask"].sum()) for b in batches)  # real tokens
+    flops = flops_per_token(config, seq_len, mlm_fraction=0.15)
+    rates = {}
+    for name in ("bertlab", "transformers")[: 1 if args.no_reference else 2]:
+        model = BertForPreTraining(config) if name == "bertlab" else hf_model(config)
+        with fast_math(device, compile=not args.no_compile):
+            times = time_steps(model, batches, device, precision, not args.no_compile,
+                               args.warmup, args.steps)
+        rates[name] = tokens / statistics.median(times)
+        print(f"{spec:>15} {name:>12}: batch {batch_size} x {seq_len}, median step "
+              f"{1000 * statistics.median(times):.1f} ms, {rates[name]:,.0f} tokens/s")
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    on_gpu = device.type == "cuda"
+    reference = rates.get("transformers")
+    return {"preset": preset, "seq_len": seq_len, "batch": kind, "batch_size": batch_size,
+            "vocab_size": vocab, "tokens_per_s": rates["bertlab"],
+            "mfu": flops * rates["bertlab"] / (args.peak_tflops * 1e12) if on_gpu else None,
+            "mfu_measured_peak": flops * rates["bertlab"] / args.matmul_peak if on_gpu else None,
+            "transformers_tokens_per_s": reference,
+            "ratio_vs_transformers": None if reference is None else rates["bertlab"] / reference}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["base", "tiny"])
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[256, 1024],
-                        help="one per preset (default: 256 for base, 1024 for tiny)")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), help="preset:seq_len:full|real")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="one batch size for every row (default: 1024 tiny, 512 mini, 256 "
+                             "base at 128, 64 base at 512)")
+    parser.add_argument("--shards", type=Path, default=None,
+                        help="a prepared shard folder with its tokenizer.json, for real rows")
     parser.add_argument("--vocab-size", type=int, default=30522, help="BERT's WordPiece size")
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="dense bf16 peak of the GPU (989 for H100 SXM / H200)")
@@ -107,59 +176,31 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-reference", action="store_true", help="skip transformers")
-    parser.add_argument("--out", default=None, help="the JSON to write (default: on a GPU, "
-                        "benchmarks/results/gpu_throughput.json; on a CPU, a temporary folder)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="the JSON to write (default: on a "
+                        "GPU, benchmarks/results/gpu_throughput.json; on a CPU, a temp folder)")
+    args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_throughput: no CUDA GPU here, nothing measured. This benchmark times bf16 + "
               "torch.compile + fused AdamW training steps; run it on a machine with an NVIDIA "
               "GPU (or pass --device cpu for a smoke test of the code path).")
         return 0
-    precision = "bf16" if device.type == "cuda" else "fp32"
-    if device.type == "cuda":
-        print(f"GPU: {torch.cuda.get_device_name(device)}, peak {args.peak_tflops} TFLOP/s bf16")
-    sizes = args.batch_size + [args.batch_size[-1]] * (len(args.presets) - len(args.batch_size))
-    rows = []
-    for preset, batch_size in zip(args.presets, sizes, strict=False):
-        config = BertConfig.preset(preset, vocab_size=args.vocab_size)
-        batch = make_batch(batch_size, args.seq_len, args.vocab_size, device,
-                           torch.Generator().manual_seed(0))
-        tokens = batch_size * args.seq_len
-        flops = flops_per_token(config, args.seq_len, mlm_fraction=0.15)
-        models = {"bertlab": lambda c=config: BertForPreTraining(c)}
-        if not args.no_reference:
-            models["transformers"] = lambda c=config: hf_model(c)
-        medians = {}
-        for name, build in models.items():
-            model = build()
-            # The switches pretraining sets (TF32, dynamo tracing the sparse head's gather).
-            with fast_math(device, compile=not args.no_compile):
-                times = time_steps(model, batch, device, precision, not args.no_compile,
-                                   args.warmup, args.steps)
-            medians[name] = statistics.median(times)
-            rate = tokens / medians[name]
-            mfu = flops * rate / (args.peak_tflops * 1e12)
-            rows.append({"preset": preset, "model": name, "batch": batch_size,
-                         "seq_len": args.seq_len, "median_step_s": medians[name],
-                         "tokens_per_s": rate, "mfu": mfu if device.type == "cuda" else None})
-            print(f"{preset:>6} {name:>12}: batch {batch_size} x {args.seq_len}, median step "
-                  f"{1000 * medians[name]:.1f} ms, {rate:,.0f} tokens/s"
-                  + (f", MFU {100 * mfu:.1f}%" if device.type == "cuda" else ""))
-            del model
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        if "transformers" in medians:
-            print(f"{preset:>6} ratio transformers / bertlab step time: "
-                  f"{medians['transformers'] / medians['bertlab']:.2f}x")
     if args.out is None:  # a CPU smoke run never lands on the GPU record
-        args.out = str(RESULTS / "gpu_throughput.json" if device.type == "cuda" else
-                       Path(tempfile.mkdtemp(prefix="gpu_throughput-")) / "gpu_throughput.json")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"settings": vars(args), "device": str(device), "rows": rows},
-                              indent=1))
-    print(f"wrote {out}")
+        args.out = (RESULTS / "gpu_throughput.json" if device.type == "cuda" else
+                    Path(tempfile.mkdtemp(prefix="gpu_throughput-")) / "gpu_throughput.json")
+    precision = "bf16" if device.type == "cuda" else "fp32"
+    args.matmul_peak = matmul_peak(torch.bfloat16 if device.type == "cuda" else torch.float32,
+                                   n=8192 if device.type == "cuda" else 1024, device=device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"{name}: measured matmul peak {args.matmul_peak / 1e12:.1f} TFLOP/s ({precision})")
+    rows: list[dict] = []
+    for spec in args.rows:
+        row = measure_row(args, spec, device, precision)
+        if row is not None:
+            rows.append(row)
+        write_record("gpu_throughput.py", args, argv, args.out, device=name,
+                     torch=torch.__version__, compile=not args.no_compile,
+                     matmul_peak_tflops=args.matmul_peak / 1e12, rows=rows)
     return 0
 
 

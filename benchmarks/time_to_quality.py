@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
-from _record import write_record  # benchmarks/ is on sys.path when run as a script
+from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 import bertlab as bl
@@ -237,18 +237,6 @@ def fmt(s: dict | None, digits: int = 3) -> str:
         return "not trained"
     shown = ["never" if s[k] is None else f"{s[k]:,.{digits}f}" for k in ("median", "min", "max")]
     return f"{shown[0]} ({shown[1]}-{shown[2]})"
-
-
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """Return the FLOP/s of an n x n matmul in `dtype` (median of `repeats`, after a warm-up)."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times)
 
 
 def summarize(runs: dict[str, list[dict]], args, peak: dict[str, float]) -> dict:

@@ -1,8 +1,8 @@
-"""benchmarks/gpu_throughput.py on the CPU: the GPU benchmark's code path, compiled, as a smoke run.
+"""benchmarks/gpu_throughput.py on the CPU: the GPU benchmark's code path as a smoke run.
 
 A GPU is lent only now and then, so the script must work before one is there: `--device cpu`
-runs the same steps (torch.compile with inductor, the fixed-capacity MLM head, the optimizer),
-and its record goes to a temporary folder, never over benchmarks/results/gpu_throughput.json.
+runs the same steps (both models, full and real batches, the record's schema), and its record
+goes to a temporary folder, never over benchmarks/results/gpu_throughput.json.
 """
 
 from __future__ import annotations
@@ -15,23 +15,50 @@ from pathlib import Path
 
 import pytest
 
+import bertlab as bl
+from bertlab.cli import main as cli
+from bertlab.tokenizer import load_tokenizer
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_throughput.py"
+ROW_FIELDS = {"preset", "seq_len", "batch", "batch_size", "vocab_size", "tokens_per_s", "mfu",
+              "mfu_measured_peak", "transformers_tokens_per_s", "ratio_vs_transformers"}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bbc")
+    for doc in bl.load_corpus("bbc")[:60]:
+        (folder / f"{doc.id.replace('/', '_')}.txt").write_text(
+            doc.title + "\n\n" + " ".join(doc.sentences), encoding="utf-8")
+    out = tmp_path_factory.mktemp("shards") / "bbc"
+    assert cli(["prepare", "--corpus", str(folder), "--out", str(out)]) == 0
+    return out
 
 
 @pytest.mark.slow
-def test_a_cpu_smoke_run_compiles_times_and_writes_outside_the_results_folder():
+def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(shards):
+    pytest.importorskip("transformers")
     record = ROOT / "benchmarks" / "results" / "gpu_throughput.json"
     before = record.read_bytes() if record.exists() else None
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--presets", "tiny", "--batch-size", "4",
-         "--seq-len", "32", "--vocab-size", "500", "--warmup", "1", "--steps", "2",
-         "--no-reference"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:32:full", "tiny:32:real",
+         "--shards", str(shards), "--batch-size", "4", "--vocab-size", "500", "--warmup", "1",
+         "--steps", "2", "--no-compile"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
-    written = Path(re.search(r"^wrote (\S+)$", done.stdout, flags=re.M).group(1))
+    written = Path(re.search(r"^written: (\S+)$", done.stdout, flags=re.M).group(1))
     assert ROOT / "benchmarks" / "results" not in written.parents
-    rows = json.loads(written.read_text())["rows"]
-    assert [(r["preset"], r["model"], r["batch"], r["seq_len"]) for r in rows] == [
-        ("tiny", "bertlab", 4, 32)]
-    assert rows[0]["tokens_per_s"] > 0 and rows[0]["mfu"] is None  # no MFU without a GPU
+    data = json.loads(written.read_text())
+    assert data["device"] == "cpu" and data["compile"] is False and data["matmul_peak_tflops"] > 0
+    rows = data["rows"]
+    assert [(r["preset"], r["seq_len"], r["batch"], r["batch_size"]) for r in rows] == [
+        ("tiny", 32, "full", 4), ("tiny", 32, "real", 4)]
+    assert all(set(r) == ROW_FIELDS for r in rows)
+    shard_vocab = load_tokenizer(shards / "tokenizer.json").get_vocab_size()
+    assert rows[0]["vocab_size"] == 500 and rows[1]["vocab_size"] == shard_vocab
+    for r in rows:
+        assert r["tokens_per_s"] > 0 and r["transformers_tokens_per_s"] > 0
+        assert r["ratio_vs_transformers"] == pytest.approx(
+            r["tokens_per_s"] / r["transformers_tokens_per_s"])
+        assert r["mfu"] is None and r["mfu_measured_peak"] is None  # no MFU without a GPU
     assert (record.read_bytes() if record.exists() else None) == before
