@@ -33,10 +33,23 @@ _PAIR_ONLY = tuple(sorted({prefix for spec in OBJECTIVES.values() for prefix in 
 BERT_OBJECTIVES = ("mlm", "nsp")
 
 
-def pretraining_counts(batch: Batch) -> dict[str, float]:
-    """Return the denominators of the pretraining loss for one batch: MLM targets and sequences."""
-    return {k: float(v) for k, v in loss_counts(batch["labels"],
-                                                batch["next_sentence_label"]).items()}
+def pretraining_counts(batch: Batch, *, target_share: float | None = None) -> dict[str, float]:
+    """Return the denominators of the pretraining loss for one batch: MLM targets and sequences.
+
+    With `target_share` (a compiled model's fixed MLM rows, `mlm_capacity`), a batch with more
+    targets than its rows is refused here, while it is still on the CPU, never cut.
+    """
+    counts = {k: float(v) for k, v in loss_counts(batch["labels"],
+                                                  batch["next_sentence_label"]).items()}
+    if target_share is not None:
+        rows, length = batch["labels"].shape
+        capacity = mlm_capacity(batch["labels"].shape, target_share)
+        if counts["targets"] > capacity:
+            raise ValueError(f"a batch of {rows} x {length} has {counts['targets']:.0f} MLM "
+                             f"targets, more than the {capacity} rows the compiled MLM head "
+                             f"reserves (a {target_share:.0%} share); pass compile=False, or "
+                             f"check the loader's masking rate")
+    return counts
 
 
 def target_share_bound(masking: MaskingConfig) -> float:
@@ -46,18 +59,12 @@ def target_share_bound(masking: MaskingConfig) -> float:
     return min(1.0, 1.25 * masking.mlm_probability + 0.02)
 
 
-def mlm_capacity(labels: torch.Tensor, target_share: float) -> int:
-    """Return how many rows the MLM head gets for `labels` (B, T) with at most `target_share`
-    of the positions as targets: a number fixed by the shape alone, so a compiled model sees
-    the same shapes on every batch of that shape. Refused when the batch has more targets."""
-    rows, length = labels.shape
-    capacity = min(rows * length, math.ceil(target_share * rows * length) + rows)
-    targets = int((labels != IGNORE_INDEX).sum())
-    if targets > capacity:
-        raise ValueError(f"a batch of {rows} x {length} has {targets} MLM targets, more than the "
-                         f"{capacity} rows the compiled MLM head reserves (a {target_share:.0%} "
-                         f"share); pass compile=False, or check the loader's masking rate")
-    return capacity
+def mlm_capacity(shape: Sequence[int], target_share: float) -> int:
+    """Return how many rows the MLM head gets for labels of `shape` (B, T) with at most
+    `target_share` of the positions as targets: fixed by the shape alone, so a compiled model
+    sees the same shapes on every batch of that shape (`pretraining_counts` checks the fit)."""
+    rows, length = shape
+    return min(rows * length, math.ceil(target_share * rows * length) + rows)
 
 
 def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *,
@@ -73,15 +80,15 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     loss; ("mlm",) is masked LM only (RoBERTa's choice, and the "MLM only" ablation): the model
     then gets no pair labels, so no gradient reaches the pooler or the pair head, and no loss
     reads the last layer's [CLS] vector; ("mlm", "sop") trains that head on sentence order.
-    With `target_share` the MLM head gets a fixed number of rows (`mlm_capacity`), the form a
-    compiled model needs.
+    With `target_share` the MLM head gets a fixed number of rows (`mlm_capacity`, from the shape
+    alone: no device sync in the step), the form a compiled model needs.
 
     Taught in notebooks/05_pretraining.ipynb
     """
     if pair_objective(objectives) is None:
         batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
     fixed = {} if target_share is None else {
-        "mlm_capacity": mlm_capacity(batch["labels"], target_share)}
+        "mlm_capacity": mlm_capacity(batch["labels"].shape, target_share)}
     sums = model(**batch, **fixed).loss_sums
     loss = None
     for name in objectives:
@@ -98,7 +105,8 @@ def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
     names = check_objectives(objectives)
     return Objective(loss=functools.partial(pretraining_loss, objectives=names,
                                             target_share=target_share),
-                     counts=pretraining_counts, name=",".join(names),
+                     counts=functools.partial(pretraining_counts, target_share=target_share),
+                     name=",".join(names),
                      evaluate=functools.partial(evaluate, objectives=names))
 
 

@@ -598,10 +598,12 @@ def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, exa
 
 def test_the_mlm_capacity_is_fixed_by_the_shape_and_refuses_a_batch_that_overflows_it():
     empty = torch.full((4, 16), IGNORE_INDEX)
-    assert mlm_capacity(empty, 0.5) == 4 * 16 // 2 + 4  # half the positions, one more per row
-    assert mlm_capacity(empty, 1.0) == 4 * 16  # never more rows than positions
+    assert mlm_capacity(empty.shape, 0.5) == 4 * 16 // 2 + 4  # half the positions, one more per row
+    assert mlm_capacity(empty.shape, 1.0) == 4 * 16  # never more rows than positions
     assert target_share_bound(MaskingConfig(mlm_probability=0.4)) == pytest.approx(0.52)
     crowded = empty.clone()
     crowded[0, :15] = 7
+    batch = {"labels": crowded, "next_sentence_label": torch.zeros(4, dtype=torch.long)}
+    assert pretraining_counts(batch, target_share=0.5)["targets"] == 15  # it fits: counted
     with pytest.raises(ValueError, match="15 MLM targets, more than the 8 rows"):
-        mlm_capacity(crowded, 0.05)
+        pretraining_counts(batch, target_share=0.05)  # refused on the CPU, before any forward

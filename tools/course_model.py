@@ -28,6 +28,7 @@ from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main as cli
 from bertlab.corpus import load_corpus
 from bertlab.course.cloze import CLOZE_SET, cloze_score
+from bertlab.course.doctor import load_average
 from bertlab.data import pretraining_loader
 from bertlab.loading import load_model
 from bertlab.pretraining import evaluate
@@ -53,11 +54,6 @@ def shown(path: Path) -> str:
     """Return a path as a command should show it: relative to the repository when inside it."""
     path = path.resolve()
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-def load_average() -> float | None:
-    """Return the 1-minute load average (None where the system has none)."""
-    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def main(argv: list[str] | None = None) -> int:

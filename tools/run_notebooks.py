@@ -21,12 +21,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from bertlab.course.doctor import load_average
+
 RUN_TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "run_times.json"
-
-
-def load_average() -> float | None:
-    """Return the 1-minute load average (None where the system has none, e.g. Windows)."""
-    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def run(path: Path, timeout: int = 900) -> float:

@@ -233,15 +233,21 @@ def check_tokenizer() -> Check:
                  f"{took:.1f} s: {' '.join(pieces)}")
 
 
+def load_average() -> float | None:
+    """Return the 1-minute load average, to 2 decimals (None where the system has none: Windows)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def load_note() -> str:
     """Return "load average L on N cores": printed beside every time the course stores, so that a
     time measured on a busy machine shows as such (L above N: more runnable threads than cores).
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    if not hasattr(os, "getloadavg"):  # Windows has no load average
+    load = load_average()
+    if load is None:
         return f"{os.cpu_count()} cores, load average not available"
-    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    return f"load average {load:.1f} on {os.cpu_count()} cores"
 
 
 def speed_status(steps_per_s: float) -> str:
@@ -282,7 +288,7 @@ def check_training_speed(seconds: float = 20.0) -> Check:
                f"about {minutes:.1f} min, the demo's {DEMO_STEPS:,} about "
                f"{DEMO_STEPS / rate / 60:.1f} min")
     status = speed_status(rate)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    load = load_average() or 0.0
     message += f" ({load_note()}"  # beside every time, so that a busy machine shows
     if status != "OK" and load > (os.cpu_count() or 1):  # more runnable threads than cores
         message += ": other programs ran"
