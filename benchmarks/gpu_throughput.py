@@ -38,11 +38,16 @@ import torch
 from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 
 from bertlab.data import pretraining_loader
-from bertlab.device import autocast_context, fast_math
+from bertlab.device import autocast_context, fast_math, to_device
 from bertlab.hf import hf_config_fields
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pretraining import pretraining_counts, pretraining_loss, target_share_bound
+from bertlab.pretraining import (
+    pretraining_counts,
+    pretraining_loss,
+    target_share_bound,
+    unpadded_inputs,
+)
 from bertlab.sizes import flops_per_token
 from bertlab.tokenizer import load_tokenizer
 from bertlab.train import TrainConfig, build_optimizer
@@ -50,9 +55,10 @@ from bertlab.train import TrainConfig, build_optimizer
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def make_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.device,
+def make_batch(batch_size: int, seq_len: int, vocab_size: int,
                generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """Return a full-length pretraining batch with 15% MLM targets (ids from `generator`)."""
+    """Return a full-length pretraining batch with 15% MLM targets (ids from `generator`), on
+    the CPU, as a loader gives it."""
     ids = torch.randint(5, vocab_size, (batch_size, seq_len), generator=generator)
     targets = torch.rand(batch_size, seq_len, generator=generator) < 0.15
     targets[:, 0] = False  # [CLS]
@@ -61,7 +67,7 @@ def make_batch(batch_size: int, seq_len: int, vocab_size: int, device: torch.dev
              "token_type_ids": (torch.arange(seq_len) >= seq_len // 2).long().expand(batch_size, -1),
              "attention_mask": torch.ones_like(ids), "labels": labels,
              "next_sentence_label": torch.randint(0, 2, (batch_size,), generator=generator)}
-    return {k: v.contiguous().to(device) for k, v in batch.items()}
+    return {k: v.contiguous() for k, v in batch.items()}
 
 
 def hf_model(config: BertConfig):
@@ -74,7 +80,12 @@ def hf_model(config: BertConfig):
 
 def time_steps(model, batches, device, precision, compile_model, warmup, steps) -> list[float]:
     """Return the seconds of `steps` training steps after `warmup` (compilation) steps, cycling
-    over `batches`."""
+    over `batches` (CPU batches, moved to the device before the timing). bertlab's model gets
+    each batch as its training loop hands it over (`unpadded_inputs`: no mask when there is no
+    padding); transformers' gets the loader's batch, mask included, as its Trainer would."""
+    if isinstance(model, BertForPreTraining):
+        batches = [unpadded_inputs(b) for b in batches]
+    batches = [to_device(b, device) for b in batches]
     config = TrainConfig(lr=1e-4)
     model.to(device).train()
     optimizer = build_optimizer(model, config, device)
@@ -109,14 +120,14 @@ ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "bas
 BATCH_SIZES = {("tiny", 128): 1024, ("mini", 128): 512, ("base", 128): 256, ("base", 512): 64}
 
 
-def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, device: torch.device):
+def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
     """Return (`count` BBC batches from a shard folder, padded to `seq_len`, its vocab size)."""
     tok = load_tokenizer(shards / "tokenizer.json")
     loader = pretraining_loader(shards, tok, split="train", batch_size=batch_size,
                                 max_seq_len=seq_len, pad_to_multiple_of=seq_len, seed=0)
     batches = []
     while len(batches) < count:  # a small folder is cycled
-        batches += [{k: v.to(device) for k, v in b.items()} for b in loader]
+        batches += list(loader)
     return batches[:count], tok.get_vocab_size()
 
 
@@ -131,10 +142,10 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
             print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
                   f"--out data/bbc_shards makes one)")
             return None
-        batches, vocab = real_batches(args.shards, batch_size, seq_len, count, device)
+        batches, vocab = real_batches(args.shards, batch_size, seq_len, count)
     else:
         vocab = args.vocab_size
-        batches = [make_batch(batch_size, seq_len, vocab, device, torch.Generator().manual_seed(i))
+        batches = [make_batch(batch_size, seq_len, vocab, torch.Generator().manual_seed(i))
                    for i in range(min(count, 4))]
     config = BertConfig.preset(preset, vocab_size=vocab, max_position_embeddings=max(512, seq_len))
     tokens = statistics.median(int(b["attention_mask"].sum()) for b in batches)  # real tokens

@@ -143,6 +143,11 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the NSP pairing (default: 0)")
     p.add_argument("--shard-size", type=int, default=100_000,
                    help="examples per shard file (default: 100000)")
+    p.add_argument("--pair-draws", type=int, default=1, metavar="K",
+                   help="cut the training split into pairs K times, with fresh A/B splits and "
+                        "NotNext partners each time; a run trains epoch e on draw e %% K, so a "
+                        "small corpus repeated many times is not the same pairs every epoch "
+                        "(default: 1)")
     _add_encoding_errors(p)
 
 
@@ -169,8 +174,9 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     p.add_argument("--recipe", default="course", choices=sorted(RECIPES),
                    help="course: leaves the unigram plateau in minutes on a CPU; bert: the "
-                        "paper's recipe (15%% masking, NSP, dropout, AdamW). Flags below override "
-                        "its settings (default: course)")
+                        "paper's recipe (15%% masking, NSP, dropout, AdamW); gpu: BERT's tasks "
+                        "for minutes on one GPU (256 x 128-token pairs, drawn afresh each "
+                        "epoch). Flags below override its settings (default: course)")
     p.add_argument("--objectives", default=None,
                    help="what the model learns, comma-separated: mlm (always) plus nsp (BERT's "
                         "next-sentence prediction) or sop (ALBERT's sentence order), e.g. "
@@ -193,6 +199,10 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="tokens per NSP example (default: from --recipe)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
+    p.add_argument("--pair-draws", type=int, default=None, metavar="K",
+                   help="cut the corpus into pairs K times and train epoch e on draw e %% K "
+                        "(default: from --recipe for text, 16 for gpu and 1 for the others; a "
+                        "shard folder's own draws, from prepare --pair-draws)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
@@ -306,9 +316,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     with writing_into(out, "shard folder"):  # prepare_command checks `out` again, locked
         summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
                                   seed=args.seed, vocab_size=args.vocab_size,
-                                  shard_size=args.shard_size, errors=args.encoding_errors)
+                                  shard_size=args.shard_size, pair_draws=args.pair_draws,
+                                  errors=args.encoding_errors)
     for split, meta in summary["splits"].items():
-        print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens, "
+        draws = (f" per draw of pairs (draw 0; {meta['pair_draws']} draws)"
+                 if meta.get("pair_draws", 1) > 1 else "")
+        print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens{draws}, "
               f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
     print(f"shards and tokenizer.json written to {out}; next: python -m bertlab pretrain "
           f"--corpus {out} --out runs/NAME")
@@ -352,6 +365,14 @@ def _pretraining_tokenizer(args: argparse.Namespace, out: Path, corpus: Path, sh
     return tok
 
 
+def _pair_draws(args: argparse.Namespace, shards: bool) -> int | None:
+    """Return the run's draws of pairs: --pair-draws, else a shard folder's own (None), else the
+    recipe's."""
+    if args.pair_draws is not None or shards:
+        return args.pair_draws
+    return recipe(args.recipe).pair_draws
+
+
 def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
                       docs: list | None, per_rank_batch: int, world: int, device_type: str,
                       max_seq_len: int, mlm_probability: float,
@@ -367,6 +388,7 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
     source = corpus if shards else docs
     train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
                                mask_config=MaskingConfig(mlm_probability=mlm_probability),
+                               pair_draws=_pair_draws(args, shards),
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one); single segments, one.
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards

@@ -7,6 +7,9 @@ Masks are made in the collate, per row, from a seed that depends only on (seed, 
 index) (`bertlab.masking.example_seed`). So an example gets the same mask whatever batch, worker
 or process it lands in, a new one every epoch (dynamic masking, RoBERTa), or one of
 `dupe_factor` fixed ones (static masking, as Google's data generator writes them to disk).
+The pairs themselves can be drawn afresh too: with `pair_draws=K` the corpus is cut into pairs
+K times and epoch e trains on draw e % K (`PairDraws`), so a small corpus repeated many times
+does not show a model the same A with the same B (and the same NSP label) every epoch.
 Whole-word masking takes the words from the WordPiece "##" marks, or from word ids that come
 with the examples (Chinese, where words come from a segmentation: `bertlab.zh`).
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +33,9 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
-from bertlab.nsp import NspExample
+from bertlab.nsp import NspExample, pair_draw_seed, tokenize_corpus
 from bertlab.objectives import pair_builder
-from bertlab.shards import ShardExamples, shard_folder
+from bertlab.shards import ShardExamples, check_pair_draws, pair_draws_in, shard_folder
 from bertlab.tokenizer import SpecialIds, special_ids
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
@@ -48,11 +51,28 @@ def _check_epoch(epoch: object) -> None:
 # Dataset
 
 
+class PairDraws:
+    """K cuts of one corpus into pair examples (each a list, or `ShardExamples` of one draw):
+    the same documents with other A/B splits and other NotNext partners. `NspDataset` trains
+    epoch e on draw e % K."""
+
+    def __init__(self, draws: Sequence[Sequence[NspExample] | ShardExamples]) -> None:
+        self.draws = [d if isinstance(d, ShardExamples) else list(d) for d in draws]
+        if not self.draws or not all(len(d) for d in self.draws):
+            sizes = [len(d) for d in self.draws]
+            raise ValueError(f"PairDraws: every draw needs examples; got draws of sizes {sizes}")
+
+    def __len__(self) -> int:
+        return len(self.draws)
+
+
+
 class NspDataset(Dataset):
     """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per NSP example.
 
     `examples`: NSP examples in memory (`create_nsp_examples`) or on disk (`ShardExamples` of a
-    folder written by `prepare_shards`); both give the same items. `word_ids` (one list per
+    folder written by `prepare_shards`); both give the same items. `PairDraws` gives several
+    cuts of the corpus into pairs: epoch e reads draw e % K, so `len` is the current draw's. `word_ids` (one list per
     example, from `bertlab.zh.nsp_word_ids`; None at special tokens) adds "word_ids" (an int64
     array, -1 at specials) to each item, for whole-word masking by those words.
 
@@ -61,12 +81,17 @@ class NspDataset(Dataset):
     """
 
     def __init__(
-        self, examples: Sequence[NspExample] | ShardExamples, *,
+        self, examples: Sequence[NspExample] | ShardExamples | PairDraws, *,
         word_ids: Sequence[Sequence[int | None]] | None = None, seed: int = 0,
         masking: str = "dynamic", dupe_factor: int = 1,
     ) -> None:
         # Shards stay on disk; anything else is held as a list.
-        self.examples = examples if isinstance(examples, ShardExamples) else list(examples)
+        self.draws = (examples.draws if isinstance(examples, PairDraws) else
+                      [examples if isinstance(examples, ShardExamples) else list(examples)])
+        self.examples = self.draws[0]
+        if word_ids is not None and len(self.draws) > 1:
+            raise ValueError("NspDataset: word_ids belong to one set of examples; pass one draw "
+                             "of pairs with them, not PairDraws")
         if masking not in MASKINGS:
             raise ValueError(f"masking={masking!r} is not known; use 'dynamic' or 'static'")
         if not isinstance(dupe_factor, int) or dupe_factor < 1:
@@ -94,9 +119,16 @@ class NspDataset(Dataset):
         return arrays
 
     def set_epoch(self, epoch: int) -> None:
-        """Use `epoch` for the masks from now on (dynamic: a new mask per epoch)."""
+        """Use `epoch` for the masks (dynamic: a new mask per epoch) and the pairs (draw
+        epoch % K) from now on."""
         _check_epoch(epoch)
         self.epoch = epoch
+        self.examples = self.draws[epoch % len(self.draws)]
+
+    @property
+    def pair_draws(self) -> int:
+        """Return how many cuts of the corpus into pairs the epochs cycle through."""
+        return len(self.draws)
 
     def row_seed(self, index: int) -> int:
         """Return the masking seed of example `index` in the current epoch."""
@@ -113,14 +145,16 @@ class NspDataset(Dataset):
         are told apart by their meta.json and document list, without reading every token.
         """
         h = hashlib.sha256()
-        if isinstance(self.examples, ShardExamples):
-            for name in ("meta.json", "docs.txt"):
-                if (self.examples.folder / name).is_file():
-                    h.update((self.examples.folder / name).read_bytes())
-            return h.hexdigest()[:16]
-        for ex in self.examples:
-            h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())
-            h.update(bytes((ex.a_len % 256, ex.next_sentence_label % 256)))
+        for draw in self.draws:
+            if isinstance(draw, ShardExamples):
+                h.update(f"draw {draw.draw}".encode() if draw.draw else b"")
+                for name in ("meta.json", "docs.txt"):
+                    if (draw.folder / name).is_file():
+                        h.update((draw.folder / name).read_bytes())
+                continue
+            for ex in draw:
+                h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())
+                h.update(bytes((ex.a_len % 256, ex.next_sentence_label % 256)))
         return h.hexdigest()[:16]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -251,10 +285,18 @@ class PretrainingCollator:
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """Yields 0..n-1 in an order fixed by (seed, epoch): reproducible, reshuffled each epoch."""
+    """Yields 0..n-1 in an order fixed by (seed, epoch): reproducible, reshuffled each epoch.
 
-    def __init__(self, n: int, seed: int = 0) -> None:
-        self.n, self.seed, self.epoch = n, seed, 0
+    `n` is a count, or a dataset whose length is read at each pass (an `NspDataset` of
+    `PairDraws` has as many examples as the current epoch's draw).
+    """
+
+    def __init__(self, n: int | Sized, seed: int = 0) -> None:
+        self.size, self.seed, self.epoch = n, seed, 0
+
+    @property
+    def n(self) -> int:
+        return self.size if isinstance(self.size, int) else len(self.size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -275,8 +317,16 @@ class ShardedEpochSampler(DistributedSampler):
     per-rank batch of b the ranks' k-th batches together are exactly the single-process k-th
     batch of b x world: one process and N processes see the same global batches. As in
     `DistributedSampler`, the order is padded by wrapping around (or cut, with `drop_last`) so
-    every rank gets the same number of examples.
+    every rank gets the same number of examples. The dataset's length is read again at each
+    epoch (an `NspDataset` of `PairDraws` changes it with the draw).
     """
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        n, world = len(self.dataset), self.num_replicas  # DistributedSampler's own arithmetic
+        self.num_samples = (math.ceil((n - world) / world) if self.drop_last and n % world
+                            else math.ceil(n / world))
+        self.total_size = self.num_samples * world
 
     def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)
@@ -348,6 +398,7 @@ def pretraining_loader(
     shuffle: bool = True,
     masking: str | None = None,
     dupe_factor: int = 1,
+    pair_draws: int | None = None,
     pad_to_multiple_of: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
@@ -372,6 +423,10 @@ def pretraining_loader(
     `word_ids`: with NSP examples, one word-id list per example (`bertlab.zh.nsp_word_ids`), so
     `whole_word=True` masks those words (the Chinese path) instead of "##" words.
 
+    `pair_draws=K`: cut the documents into pairs K times (draw k with `pair_draw_seed(seed, k)`;
+    draw 0 is the one `pair_draws=1` gives) and train epoch e on draw e % K. A shard folder
+    holds its draws (`prepare --pair-draws K`): None reads them all, a smaller K the first K.
+
     `masking`: "dynamic" (a new mask each epoch) or "static" (epoch e uses mask copy
     e % `dupe_factor`); None picks dynamic for the train split and static otherwise, so a
     validation loss is always measured on the same masks. `mask_config` (BERT's masking by
@@ -391,7 +446,7 @@ def pretraining_loader(
         masking = "dynamic" if split in ("train", None) else "static"
     examples = _examples(docs_or_examples, tokenizer, split, with_word_ids=word_ids is not None,
                          max_seq_len=max_seq_len, seed=seed, short_seq_prob=short_seq_prob,
-                         balance=balance, pairs=pairs)
+                         balance=balance, pairs=pairs, pair_draws=pair_draws)
     dataset = NspDataset(examples, word_ids=word_ids, seed=seed, masking=masking,
                          dupe_factor=dupe_factor)
     if len(dataset) == 0:
@@ -414,7 +469,7 @@ def pretraining_loader(
     elif callable(sampler) and not isinstance(sampler, Sampler):
         sampler = sampler(dataset)
     elif sampler is None:
-        sampler = EpochShuffleSampler(len(dataset), seed) if shuffle else None
+        sampler = EpochShuffleSampler(dataset, seed) if shuffle else None
     return EpochLoader(
         dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate,
         num_workers=num_workers, pin_memory=pin_memory, drop_last=drop_last, seed=seed,
@@ -424,12 +479,19 @@ def pretraining_loader(
 def _examples(
     source: Sequence[Document] | Sequence[NspExample] | str | Path, tokenizer: Tokenizer | SpecialIds,
     split: str | None, *, with_word_ids: bool, max_seq_len: int, seed: int, short_seq_prob: float,
-    balance: str, pairs: str,
-) -> Sequence[NspExample] | ShardExamples:
+    balance: str, pairs: str, pair_draws: int | None,
+) -> Sequence[NspExample] | ShardExamples | PairDraws:
     """Return the pair examples `pretraining_loader` reads: built from Documents, given, or on disk."""
     build = pair_builder(pairs)
+    if pair_draws is not None:
+        check_pair_draws(pair_draws)
     items = None if isinstance(source, (str, Path)) else list(source)
     if items and hasattr(items[0], "next_sentence_label") and hasattr(items[0], "input_ids"):
+        if pair_draws not in (None, 1):
+            raise ValueError(f"pretraining_loader got ready-made pair examples and "
+                             f"pair_draws={pair_draws}; those are one draw: pass the documents "
+                             f"(or a shard folder prepared with --pair-draws) to draw pairs "
+                             f"afresh, or leave pair_draws out")
         if split is not None:
             raise ValueError(
                 f"pretraining_loader got NSP examples and split={split!r}; examples are "
@@ -444,7 +506,16 @@ def _examples(
             raise ValueError(f"pretraining_loader: the shards in {source} hold NSP pairs (prepare "
                              f"builds those); {pairs} pairs are built from documents: pass the "
                              f"corpus itself, not prepared shards")
-        return ShardExamples(shard_folder(source, split))
+        folder = shard_folder(source, split)
+        held = pair_draws_in(folder)
+        if pair_draws is not None and pair_draws > held:
+            raise ValueError(f"pretraining_loader: pair_draws={pair_draws}, but the shards in "
+                             f"'{folder}' hold {held} draw(s) of pairs; prepare them again with "
+                             f"--pair-draws {pair_draws}, or pass pair_draws <= {held}")
+        count = held if pair_draws is None else pair_draws
+        if count == 1:
+            return ShardExamples(folder)
+        return PairDraws([ShardExamples(folder, draw=k) for k in range(count)])
     if items and isinstance(items[0], Document):
         chosen = items if split is None else split_documents(items)[split]
         if not chosen:
@@ -454,8 +525,12 @@ def _examples(
             )
         if not isinstance(tokenizer, Tokenizer):
             raise ValueError("pretraining_loader needs a tokenizers.Tokenizer to tokenize Documents")
-        return build(chosen, tokenizer, max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
-                     seed=seed, balance=balance)
+        options = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance)
+        if pair_draws in (None, 1):
+            return build(chosen, tokenizer, seed=seed, **options)
+        corpus = tokenize_corpus(chosen, tokenizer)  # once, for every draw
+        return PairDraws([build(corpus, tokenizer, seed=pair_draw_seed(seed, k), **options)
+                          for k in range(pair_draws)])
     kind = type(items[0]).__name__ if items else "nothing"
     raise ValueError(f"pretraining_loader takes Documents, NspExamples or a shard folder (or "
                      f"SopExamples); got {kind}")

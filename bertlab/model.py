@@ -281,8 +281,10 @@ def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     if attention_mask is None:
         return None
     if torch.compiler.is_compiling():
-        # Under torch.compile, no data-dependent branches (each would split the graph): the
-        # mask is always applied and the all-padding check below is skipped.
+        # Under torch.compile, no data-dependent branches (each would split the graph): a
+        # given mask is always applied and the all-padding check below is skipped. The training
+        # step leaves out the mask of a batch without padding before the model is called
+        # (`bertlab.pretraining.unpadded_inputs`), so such batches still run unmasked.
         return attention_mask.bool()[:, None, None, :]
     # No padding -> no mask at all, so SDPA can take its unmasked fast path.
     if bool(attention_mask.all()):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from bertlab.document import Document
+from bertlab.draws import example_seed
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
 
 IS_NEXT = 0  # B really follows A (Google and Hugging Face convention: label 0)
@@ -51,6 +52,7 @@ class NspExample:
     b_sentences: tuple[int, int]
     a_cut: tuple[int, int] = (0, 0)
     b_cut: tuple[int, int] = (0, 0)
+    draw: int = 0  # the pass over the corpus that built it (0 .. dupe_factor - 1)
 
     @property
     def next_sentence_label(self) -> int:
@@ -149,6 +151,18 @@ def as_tokenized(docs: Sequence[Document] | TokenizedCorpus, tokenizer: Tokenize
     if not isinstance(tokenizer, Tokenizer):
         raise TypeError(f"{caller} needs a tokenizers.Tokenizer to tokenize Documents")
     return tokenize_corpus(list(docs), tokenizer, include_title=include_title)
+
+
+def pair_draw_seed(seed: int, draw: int) -> int:
+    """Return the seed that cuts a corpus into its `draw`-th set of pairs (draw 0: `seed` itself).
+
+    A run that reads several draws (`pretraining_loader(pair_draws=K)`, `prepare --pair-draws
+    K`) trains epoch e on draw e % K: the same documents, other A/B splits and other NotNext
+    partners, so a model that repeats a small corpus many times cannot memorise each pair's label.
+    """
+    if draw == 0:
+        return seed
+    return int(example_seed(seed, draw, 0x9A125)) % 2**31
 
 
 def check_nsp_settings(max_seq_len: int, short_seq_prob: float, balance: str, dupe_factor: int) -> None:
@@ -353,9 +367,11 @@ def create_nsp_examples(
         return usable[k], corpus.sentences[usable[k]]
 
     examples = NspExamples()
-    for _ in range(dupe_factor):
+    for draw in range(dupe_factor):
         for d in usable:
-            examples.extend(builder.document(d, corpus.doc_ids[d], corpus.sentences[d], pick_other))
+            for ex in builder.document(d, corpus.doc_ids[d], corpus.sentences[d], pick_other):
+                ex.draw = draw
+                examples.append(ex)
     long_limit = max_seq_len - 3
     examples.info = {
         "balance": balance,

@@ -98,6 +98,16 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     return loss
 
 
+def unpadded_inputs(batch: Batch) -> Batch:
+    """Return the batch without `attention_mask` when it has no padding (a CPU check, no device
+    sync): attention then runs with no mask at all, which lets `scaled_dot_product_attention`
+    pick its fastest (flash) kernel; the numbers are the same. A padded batch keeps its mask."""
+    mask = batch.get("attention_mask")
+    if mask is None or mask.device.type != "cpu" or not bool(mask.all()):
+        return batch
+    return {k: v for k, v in batch.items() if k != "attention_mask"}
+
+
 def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
                           target_share: float | None = None) -> Objective:
     """Return the `Objective` the training loop runs for these pretraining objectives (with
@@ -107,7 +117,8 @@ def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
                                             target_share=target_share),
                      counts=functools.partial(pretraining_counts, target_share=target_share),
                      name=",".join(names),
-                     evaluate=functools.partial(evaluate, objectives=names))
+                     evaluate=functools.partial(evaluate, objectives=names),
+                     inputs=unpadded_inputs)
 
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterable[Batch] | None,

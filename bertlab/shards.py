@@ -36,8 +36,8 @@ SHARD_FORMAT = 1
 class _ShardWriter:
     """Collects examples of one split and writes them as .npy shards of `shard_size` examples."""
 
-    def __init__(self, folder: Path, shard_size: int, vocab_size: int) -> None:
-        self.folder, self.shard_size = folder, shard_size
+    def __init__(self, folder: Path, shard_size: int, vocab_size: int, prefix: str = "") -> None:
+        self.folder, self.shard_size, self.prefix = folder, shard_size, prefix
         self.dtype = np.uint16 if vocab_size <= 2**16 else np.int32
         self.shards: list[dict[str, int]] = []
         self.counts = {"examples": 0, "not_next": 0, "truncated": 0, "tokens_dropped": 0, "tokens": 0}
@@ -68,7 +68,7 @@ class _ShardWriter:
     def flush(self) -> None:
         if not self.lengths:
             return
-        name = f"shard-{len(self.shards):05d}"
+        name = f"{self.prefix}shard-{len(self.shards):05d}"
         offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(np.frombuffer(self.lengths, dtype=np.int32), out=offsets[1:])
         arrays = {
@@ -96,6 +96,7 @@ def prepare_shards(
     short_seq_prob: float = 0.1,
     balance: str = "exact",
     dupe_factor: int = 1,
+    pair_draws: int = 1,
     include_title: bool = False,
     batch_docs: int = 256,
     reservoir_docs: int = 1000,
@@ -110,7 +111,11 @@ def prepare_shards(
     index order) and per shard `shard-NNNNN.{tokens,offsets,a_len,label,doc_index}.npy`: the
     examples' [CLS] A [SEP] B [SEP] ids back to back, where each starts (n + 1 offsets), the
     length of A, the NSP label and the document index. `splits=None` writes every document to
-    `out_dir` itself. `out_dir/tokenizer.json` is the tokenizer the ids refer to. Each split has
+    `out_dir` itself. `out_dir/tokenizer.json` is the tokenizer the ids refer to.
+    `pair_draws=K` cuts the training split into pairs K times, each with fresh random choices,
+    and keeps the draws apart: draw 0's shards are those under meta "shards", draw k's are named
+    `draw-k-shard-NNNNN` and listed under meta "draws"; a loader trains epoch e on draw e % K
+    (validation keeps one draw, so it is always scored on the same pairs). Each split has
     its own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
     examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
     reservoir and one shard; long lines and huge documents are cut as the corpus is read
@@ -133,6 +138,7 @@ def prepare_shards(
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown or not splits:
             raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
+    check_pair_draws(pair_draws, dupe_factor)
     out = Path(out_dir)
     check_output_folder(out, "out_dir")
     _check_not_inside_corpus(out, corpus, "out_dir")
@@ -143,9 +149,13 @@ def prepare_shards(
                     dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
                     reservoir_docs=reservoir_docs, batch_chars=batch_chars)
     label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
+    # The training split's builder makes one pass over each batch of documents per draw, and
+    # each pass's pairs (their `draw`) go to that draw's shards.
+    draws = {name: pair_draws if name in ("train", None) else 1 for name in names}
     builders = {
         name: StreamingNspBuilder(tokenizer, seed=seed + 1_000_003 * k,
-                                  name=f"{label} ({name or 'all'} split)", **settings)
+                                  name=f"{label} ({name or 'all'} split)",
+                                  **{**settings, "dupe_factor": dupe_factor * draws[name]})
         for k, name in enumerate(names)
     }
     summary: dict[str, Any] = {}
@@ -153,7 +163,7 @@ def prepare_shards(
     def write(staging: Path) -> None:
         summary.update(_write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
                                      vocab_size=tokenizer.get_vocab_size(), settings=settings,
-                                     counts=counts))
+                                     counts=counts, draws=draws))
         _check_some_pairs(summary["splits"], label)
         atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
         check_output_folder(out, "out_dir")  # nothing may have appeared there in the meantime
@@ -164,6 +174,18 @@ def prepare_shards(
     summary["out_dir"] = str(out)
     summary["tokenizer"] = str(out / "tokenizer.json")
     return summary
+
+
+def check_pair_draws(pair_draws: object, dupe_factor: int = 1) -> None:
+    """Raise ValueError (naming the fix) unless `pair_draws` is a whole number >= 1 that does not
+    come with a dupe factor."""
+    if isinstance(pair_draws, bool) or not isinstance(pair_draws, int) or pair_draws < 1:
+        raise ValueError(f"pair_draws={pair_draws!r}; pass a whole number >= 1 (how many times "
+                         f"the corpus is cut into pairs; epoch e trains on draw e % pair_draws)")
+    if pair_draws > 1 and dupe_factor != 1:
+        raise ValueError(f"pair_draws={pair_draws} with dupe_factor={dupe_factor}: both repeat the "
+                         f"corpus with fresh pairs (dupe_factor mixes the passes into one epoch, "
+                         f"pair_draws gives each epoch its own); choose one")
 
 
 def _check_some_pairs(splits: dict[str, dict[str, Any]], label: str) -> None:
@@ -200,16 +222,17 @@ def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:
 def _write_shards(
     docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path, *,
     shard_size: int, seed: int, vocab_size: int, settings: dict[str, Any],
-    counts: dict[str, int],
+    counts: dict[str, int], draws: dict[str | None, int],
 ) -> dict[str, Any]:
     """Return the summary after writing each split's shards, docs.txt and (last) meta.json."""
-    writers: dict[str | None, _ShardWriter] = {}
+    writers: dict[str | None, list[_ShardWriter]] = {}
     with contextlib.ExitStack() as stack:
         doc_files = {}
         for name in builders:
             split_folder = folder / name if name else folder
             split_folder.mkdir(exist_ok=True)
-            writers[name] = _ShardWriter(split_folder, shard_size, vocab_size)
+            writers[name] = [_ShardWriter(split_folder, shard_size, vocab_size,
+                                          f"draw-{k}-" if k else "") for k in range(draws[name])]
             # Streamed as documents come (ids are not held in memory); the file only becomes
             # visible when the finished folder is moved into place.
             doc_files[name] = stack.enter_context(
@@ -220,27 +243,34 @@ def _write_shards(
             if name not in builders:
                 skipped += 1
                 continue
-            builder = builders[name]
+            builder, split_writers = builders[name], writers[name]
             for ex in builder.add(doc):
-                writers[name].add(ex)
+                split_writers[ex.draw % len(split_writers)].add(ex)
             doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
         summary: dict[str, Any] = {"documents_not_in_splits": skipped, "corpus_read": dict(counts),
                                    "splits": {}}
         for k, (name, builder) in enumerate(builders.items()):
-            writer = writers[name]
+            split_writers = writers[name]
             for ex in builder.finish():
-                writer.add(ex)
-            writer.flush()
+                split_writers[ex.draw % len(split_writers)].add(ex)
+            for writer in split_writers:
+                writer.flush()
+            writer = split_writers[0]
             doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
             doc_files[name].close()
             meta = {
                 "format": SHARD_FORMAT, "split": name, "seed": seed + 1_000_003 * k,
                 "vocab_size": vocab_size, "dtype": np.dtype(writer.dtype).name,
                 "documents": builder.seen,
-                "one_sentence_docs_skipped": builder.builder.one_sentence_docs_skipped,
+                "one_sentence_docs_skipped": (builder.builder.one_sentence_docs_skipped
+                                              // builder.dupe_factor),
                 **settings, **writer.counts, "shards": writer.shards,
                 "corpus_read": dict(counts),
             }
+            if len(split_writers) > 1:
+                meta["pair_draws"] = len(split_writers)
+                meta["draws"] = [{"draw": d, **w.counts, "shards": w.shards}
+                                 for d, w in enumerate(split_writers)]
             atomic_write_json(writer.folder / "meta.json", meta)
             summary["splits"][name or "all"] = meta
     return summary
@@ -314,6 +344,13 @@ def shard_pair_length(path: str | Path, asked: int | None = None) -> int:
     return held
 
 
+def pair_draws_in(folder: str | Path) -> int:
+    """Return how many draws of pairs a shard folder holds (`prepare_shards(pair_draws=)`; 1 for
+    folders written before draws existed)."""
+    meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
+    return int(meta.get("pair_draws", 1))
+
+
 class ShardExample(NamedTuple):
     """One example as the shards hold it: its ids, the length of A, its NSP label, its document."""
 
@@ -329,9 +366,11 @@ class ShardExamples(Sequence):
     A sequence like the list `create_nsp_examples` returns (give it to `bertlab.data.NspDataset`).
     Arrays are memory-mapped on first use in each process (DataLoader workers open their own),
     so it costs almost no memory however large the corpus. `meta` is the folder's meta.json.
+    `draw`: which of the folder's `pair_draws` cuts of the corpus into pairs to read (see
+    `prepare_shards`; `pair_draws_in(folder)` says how many it holds).
     """
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, draw: int = 0) -> None:
         self.folder = Path(folder)
         meta_path = self.folder / "meta.json"
         if not meta_path.is_file():
@@ -342,7 +381,13 @@ class ShardExamples(Sequence):
                 f"shard folder '{folder}' has format {self.meta.get('format')!r}; this bertlab "
                 f"reads format {SHARD_FORMAT}: prepare the shards again"
             )
-        self.starts = np.cumsum([0] + [s["examples"] for s in self.meta["shards"]])
+        held = self.meta.get("pair_draws", 1)
+        if isinstance(draw, bool) or not isinstance(draw, int) or not 0 <= draw < held:
+            raise ValueError(f"shard folder '{folder}' holds {held} pair draw(s); draw={draw!r} "
+                             f"is not one of them: pass 0 to {held - 1}")
+        self.draw = draw
+        self.shards = self.meta["shards"] if draw == 0 else self.meta["draws"][draw]["shards"]
+        self.starts = np.cumsum([0] + [s["examples"] for s in self.shards])
         self._arrays: list[dict[str, np.ndarray]] | None = None
         self._doc_ids: list[str] | None = None
 
@@ -357,7 +402,7 @@ class ShardExamples(Sequence):
             self._arrays = [
                 {key: np.load(self.folder / f"{s['name']}.{key}.npy", mmap_mode="r")
                  for key in ("tokens", "offsets", "a_len", "label", "doc_index")}
-                for s in self.meta["shards"]
+                for s in self.shards
             ]
         return self._arrays
 

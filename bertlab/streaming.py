@@ -160,9 +160,11 @@ class StreamingNspBuilder:
                 k += 1
             return pool[k]
 
-        for _ in range(self.dupe_factor):
+        for draw in range(self.dupe_factor):
             for d, doc_id, sents in batch:
-                yield from self.builder.document(d, doc_id, sents, pick_other)
+                for ex in self.builder.document(d, doc_id, sents, pick_other):
+                    ex.draw = draw
+                    yield ex
         for d, _, sents in batch:  # reservoir sampling (Algorithm R) over all documents so far
             if len(self.reservoir) < self.reservoir_docs:
                 self.reservoir.append((d, _PackedDoc(self._window(sents))))

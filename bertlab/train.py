@@ -38,13 +38,16 @@ class Objective:
     holds the step's sums of `counts(batch)` (MLM targets, sequences...) over all its
     micro-batches and processes. `evaluate(model, loader, max_batches, device=, precision=)`,
     when given, returns the held-out metrics of each history row. `name` goes into every
-    checkpoint, and a resume with another objective is refused.
+    checkpoint, and a resume with another objective is refused. `inputs(batch)`, when given,
+    turns the batch into what the model is handed, on the CPU before it moves to the device
+    (pretraining drops an all-ones attention mask there, so attention runs unmasked).
     """
 
     loss: Callable[[nn.Module, Batch, dict[str, float]], torch.Tensor]
     counts: Callable[[Batch], dict[str, float]]
     evaluate: Callable[..., dict[str, float]] | None = None
     name: str = ""
+    inputs: Callable[[Batch], Batch] | None = None
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig,
@@ -103,6 +106,8 @@ def train_step(model: nn.Module, micro_batches: list[Batch], objective: Objectiv
     for group in optimizer.param_groups:  # the schedule's learning rate for this step
         group["lr"] = lr * group.get("lr_scale", 1.0)
     step_loss = torch.zeros((), device=device)
+    if objective.inputs is not None:
+        micro_batches = [objective.inputs(batch) for batch in micro_batches]
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with contextlib.nullcontext() if ddp is None or last else ddp.no_sync():

@@ -51,18 +51,34 @@ def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training()
     assert (bert.mlm_probability, bert.objectives, bert.dropout, bert.optimizer) == (0.15, ("mlm", "nsp"), 0.1,
                                                                                 "adamw")
     assert bert.schedule == "linear"
-    assert set(RECIPES) == {"bert", "course"} and course != bert
+    assert set(RECIPES) == {"bert", "course", "gpu"} and course != bert
     # Both give the same architecture: a recipe changes how a model is trained, not what it is.
     a, b = bert.model_config("tiny", 100), course.model_config("tiny", 100)
     differ = {k for k, v in a.to_dict().items() if b.to_dict()[k] != v}
     assert differ <= {"hidden_dropout", "attention_dropout"}
 
 
+def test_the_gpu_recipe_is_berts_tasks_with_pairs_drawn_afresh_and_a_twin_without_nsp():
+    gpu = recipe("gpu")
+    assert gpu.objectives == ("mlm", "nsp") and gpu.mlm_probability == 0.15
+    assert gpu.pair_draws > 1 and gpu.loader_options()["pair_draws"] == gpu.pair_draws
+    assert (gpu.max_seq_len, gpu.dropout, gpu.optimizer) == (128, 0.1, "adamw")
+    twin = gpu.with_objectives("mlm")
+    # The twin reads the very same pairs; only its loss leaves NSP out.
+    assert twin.objectives == ("mlm",) and twin.loader_options() == gpu.loader_options()
+    assert {k: v for k, v in twin.to_dict().items() if gpu.to_dict()[k] != v} == {
+        "objectives": ("mlm",)}
+    # Records written before pair draws existed read back with one draw.
+    old = {k: v for k, v in recipe("course").to_dict().items() if k != "pair_draws"}
+    assert Recipe.from_dict(old) == recipe("course")
+    assert Recipe.from_dict(gpu.to_dict()) == gpu
+
+
 def test_recipe_hands_its_settings_to_loader_model_and_train_config():
     r = recipe("course")
     assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
                                   "mask_config": MaskingConfig(mlm_probability=r.mlm_probability),
-                                  "pairs": "nsp"}
+                                  "pairs": "nsp", "pair_draws": 1}
     assert r.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
     assert r.model_config("tiny", 100).hidden_dropout == r.dropout
     assert r.model_config("tiny", 100, hidden_dropout=0.3).hidden_dropout == 0.3
@@ -73,7 +89,7 @@ def test_recipe_hands_its_settings_to_loader_model_and_train_config():
 
 
 def test_unknown_recipe_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown recipe 'fast'; choose one of bert, course"):
+    with pytest.raises(ValueError, match=r"unknown recipe 'fast'; choose one of bert, course, gpu"):
         recipe("fast")
 
 

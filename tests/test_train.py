@@ -32,8 +32,10 @@ from bertlab.pretraining import (
     pretrain,
     pretraining_counts,
     pretraining_loss,
+    pretraining_objective,
     target_share_bound,
     unigram_baseline,
+    unpadded_inputs,
 )
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import Objective, TrainConfig, build_optimizer, lr_at, train_loop
@@ -594,6 +596,31 @@ def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, exa
     assert not dynamo.utils.counters["graph_break"], dict(dynamo.utils.counters["graph_break"])
     assert compiled.steps == eager.steps == 3
     assert compiled.step_losses == pytest.approx(eager.step_losses, rel=1e-4)
+
+
+def test_a_batch_without_padding_reaches_the_model_without_a_mask_and_trains_the_same(tok,
+                                                                                    examples):
+    # No mask at all is the form in which scaled_dot_product_attention may pick its flash
+    # kernel; the check runs on the CPU batch, so the step never waits on the device for it.
+    full = [e for e in examples if len(e.input_ids) == SEQ][:16]
+    assert len(full) == 16
+    batch = next(iter(pretraining_loader(full, tok, split=None, batch_size=16, seed=0)))
+    assert "attention_mask" not in unpadded_inputs(batch)
+    short = next(e for e in examples if len(e.input_ids) < SEQ)
+    padded = next(iter(pretraining_loader([*full[:15], short], tok, split=None, batch_size=16)))
+    assert not bool(padded["attention_mask"].all())
+    assert unpadded_inputs(padded) is padded  # padding keeps its mask
+    seen = []
+    model = make_model(tok, dropout=0.0)
+    model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(
+        kwargs.get("attention_mask")), with_kwargs=True)
+    loader = pretraining_loader(full, tok, split=None, batch_size=8, seed=0)
+    run = pretrain(model, loader, None, quiet(max_steps=2, lr=1e-3))
+    assert seen == [None, None]
+    masked = pretraining_objective(("mlm", "nsp"))
+    masked = dataclasses.replace(masked, inputs=None)  # the same steps, mask handed over
+    again = train_loop(make_model(tok, dropout=0.0), loader, quiet(max_steps=2, lr=1e-3), masked)
+    assert run.step_losses == pytest.approx(again.step_losses, rel=1e-5)
 
 
 def test_the_mlm_capacity_is_fixed_by_the_shape_and_refuses_a_batch_that_overflows_it():
