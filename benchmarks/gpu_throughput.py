@@ -78,11 +78,13 @@ def hf_model(config: BertConfig):
     return transformers.BertForPreTraining(hf_config)
 
 
-def time_steps(model, batches, device, precision, compile_model, warmup, steps) -> list[float]:
-    """Return the seconds of `steps` training steps after `warmup` (compilation) steps, cycling
-    over `batches` (CPU batches, moved to the device before the timing). bertlab's model gets
-    each batch as its training loop hands it over (`unpadded_inputs`: no mask when there is no
-    padding); transformers' gets the loader's batch, mask included, as its Trainer would."""
+def training_step(model, batches, device, precision, compile_model):
+    """Return step(i): one training step on batch i (cycling over `batches`, CPU batches moved
+    to the device here, before any timing), synchronised with the device when it returns.
+
+    bertlab's model gets each batch as its training loop hands it over (`unpadded_inputs`: no
+    mask when there is no padding); transformers' gets the loader's batch, mask included, as
+    its Trainer would."""
     if isinstance(model, BertForPreTraining):
         batches = [unpadded_inputs(b) for b in batches]
     batches = [to_device(b, device) for b in batches]
@@ -93,12 +95,9 @@ def time_steps(model, batches, device, precision, compile_model, warmup, steps) 
     # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
     share = target_share_bound(MaskingConfig()) if compile_model else None
     totals = [pretraining_counts(b, target_share=share) for b in batches]  # outside the timing
-    times = []
-    for i in range(warmup + steps):
+
+    def step(i: int) -> None:
         batch = batches[i % len(batches)]
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
         with autocast_context(device, precision):
             if isinstance(model, BertForPreTraining):
                 loss = pretraining_loss(step_model, batch, totals[i % len(batches)],
@@ -111,9 +110,51 @@ def time_steps(model, batches, device, precision, compile_model, warmup, steps) 
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
+
+    return step
+
+
+def time_steps(model, batches, device, precision, compile_model, warmup, steps) -> list[float]:
+    """Return the seconds of `steps` training steps after `warmup` (compilation) steps."""
+    step = training_step(model, batches, device, precision, compile_model)
+    times = []
+    for i in range(warmup + steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step(i)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return times
+
+
+def profile_row(args, spec: str, device: torch.device, precision: str, top: int = 15) -> dict:
+    """Return the `top` kernels (operators on a CPU) by self time over `--profile-steps` steps
+    of bertlab's model on one row, after the warm-up: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batches, config, batch_size, _ = row_inputs(args, spec)
+    model = BertForPreTraining(config)
+    with fast_math(device, compile=not args.no_compile):
+        step = training_step(model, batches, device, precision, not args.no_compile)
+        for i in range(args.warmup):
+            step(i)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                               if device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            for i in range(args.profile_steps):
+                step(i)
+    on_gpu = device.type == "cuda"
+    key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    events = [e for e in prof.key_averages() if getattr(e, key) > 0]
+    events.sort(key=lambda e: getattr(e, key), reverse=True)
+    total = sum(getattr(e, key) for e in events)
+    kernels = [{"name": e.key[:120], "ms_per_step": getattr(e, key) / 1000 / args.profile_steps,
+                "share": getattr(e, key) / total} for e in events[:top]]
+    for k in kernels:
+        print(f"  {k['share']:6.1%} {k['ms_per_step']:8.3f} ms  {k['name']}")
+    return {"row": spec, "batch_size": batch_size, "steps": args.profile_steps,
+            "time": "device (GPU kernels)" if on_gpu else "CPU operators", "top": kernels}
 
 
 ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "base:128:real")
@@ -131,23 +172,31 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
     return batches[:count], tok.get_vocab_size()
 
 
-def measure_row(args, spec: str, device: torch.device, precision: str) -> dict | None:
-    """Return one row of the record: bertlab and transformers on the same batches."""
+def row_inputs(args, spec: str):
+    """Return (batches, model config, batch size, vocab size) of one row `preset:seq_len:kind`."""
     preset, seq_len, kind = spec.split(":")
     seq_len = int(seq_len)
     batch_size = args.batch_size or BATCH_SIZES.get((preset, seq_len), 64)
     count = args.warmup + args.steps
     if kind == "real":
-        if args.shards is None:
-            print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
-                  f"--out data/bbc_shards makes one)")
-            return None
         batches, vocab = real_batches(args.shards, batch_size, seq_len, count)
     else:
         vocab = args.vocab_size
         batches = [make_batch(batch_size, seq_len, vocab, torch.Generator().manual_seed(i))
                    for i in range(min(count, 4))]
     config = BertConfig.preset(preset, vocab_size=vocab, max_position_embeddings=max(512, seq_len))
+    return batches, config, batch_size, vocab
+
+
+def measure_row(args, spec: str, device: torch.device, precision: str) -> dict | None:
+    """Return one row of the record: bertlab and transformers on the same batches."""
+    preset, seq_len, kind = spec.split(":")
+    seq_len = int(seq_len)
+    if kind == "real" and args.shards is None:
+        print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
+              f"--out data/bbc_shards makes one)")
+        return None
+    batches, config, batch_size, vocab = row_inputs(args, spec)
     tokens = statistics.median(int(b["attention_mask"].sum()) for b in batches)  # real tokens
     flops = flops_per_token(config, seq_len, mlm_fraction=0.15)
     rates = {}
@@ -188,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-reference", action="store_true", help="skip transformers")
+    parser.add_argument("--profile", default=None, metavar="ROW",
+                        help="after the rows, profile bertlab on this row (e.g. base:128:full) "
+                             "and record its top kernels by time")
+    parser.add_argument("--profile-steps", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write (default: on a "
                         "GPU, benchmarks/results/gpu_throughput.json; on a CPU, a temp folder)")
     args = parser.parse_args(argv)
@@ -206,13 +259,17 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{name}: measured matmul peak {args.matmul_peak / 1e12:.1f} TFLOP/s ({precision})")
     rows: list[dict] = []
+    measured: dict = {"device": name, "torch": torch.__version__, "compile": not args.no_compile,
+                      "matmul_peak_tflops": args.matmul_peak / 1e12, "rows": rows}
     for spec in args.rows:
         row = measure_row(args, spec, device, precision)
         if row is not None:
             rows.append(row)
-        write_record("gpu_throughput.py", args, argv, args.out, device=name,
-                     torch=torch.__version__, compile=not args.no_compile,
-                     matmul_peak_tflops=args.matmul_peak / 1e12, rows=rows)
+        write_record("gpu_throughput.py", args, argv, args.out, **measured)
+    if args.profile:
+        print(f"profile of {args.profile}, bertlab, {args.profile_steps} steps:")
+        measured["profile"] = profile_row(args, args.profile, device, precision)
+        write_record("gpu_throughput.py", args, argv, args.out, **measured)
     return 0
 
 

@@ -123,11 +123,12 @@ class RunHooks:
     loader's batch size and the run folder (rank 0), so a bad setting fails before any work.
     The `objective`'s `evaluate(model, loader, max_batches, device=, precision=)` gives the
     "val_" metrics of each history row (with a `val_loader`); its `name` is saved with every
-    checkpoint.
+    checkpoint. `val_loader` may be a dict of loaders, {"": at 128 tokens, "64": at 64 tokens}:
+    each row then holds each one's metrics, "val_" for the "" loader and "val_64_" for "64".
     """
 
     def __init__(self, train_loader: Iterable[Batch], config: TrainConfig, objective: Any, *,
-                 val_loader: Iterable[Batch] | None = None,
+                 val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None = None,
                  out_dir: str | Path | None = None, resume: bool = False) -> None:
         self.config, self.resume = config, resume
         self.rank, self.world = rank_world()
@@ -145,7 +146,8 @@ class RunHooks:
                      "train_digest": dataset.digest() if hasattr(dataset, "digest") else None}
         self.objective = objective.name
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
-        self.val_loader = val_loader
+        self.val_loaders = (val_loader if isinstance(val_loader, dict) else
+                            {} if val_loader is None else {"": val_loader})
         self.stopped_by, self.checkpoint = "max_steps", None
         self.step_losses: list[float] = []
         self.window = Window()
@@ -292,10 +294,13 @@ class RunHooks:
                "tokens_per_s": window.tokens / window.seconds if window.seconds else None}
         if self.evaluate_fn is not None:
             # Evaluation must not move the dropout stream (a loader, for one, may draw from it).
-            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                metrics = self.evaluate_fn(self.model, self.val_loader, config.eval_batches,
-                                           device=self.device, precision=self.precision)
-            row.update({f"val_{k}": v for k, v in metrics.items()})
+            for label, loader in self.val_loaders.items():
+                with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda"
+                                           else []):
+                    metrics = self.evaluate_fn(self.model, loader, config.eval_batches,
+                                               device=self.device, precision=self.precision)
+                prefix = f"val_{label}_" if label else "val_"
+                row.update({f"{prefix}{k}": v for k, v in metrics.items()})
         run.history.append(row)
         self.window = Window()  # a new window starts
         if config.progress:

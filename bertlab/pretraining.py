@@ -121,7 +121,8 @@ def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
                      inputs=unpadded_inputs)
 
 
-def pretrain(model: nn.Module, train_loader: Iterable[Batch], val_loader: Iterable[Batch] | None,
+def pretrain(model: nn.Module, train_loader: Iterable[Batch],
+             val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None,
              config: TrainConfig, out_dir: str | Path | None = None,
              resume: bool = False, objectives: Sequence[str] | str = BERT_OBJECTIVES,
              ) -> TrainResult:

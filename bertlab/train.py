@@ -130,18 +130,20 @@ def train_step(model: nn.Module, micro_batches: list[Batch], objective: Objectiv
 
 
 def train_loop(model: nn.Module, train_loader: Iterable[Batch], config: TrainConfig,
-               objective: Objective, *, val_loader: Iterable[Batch] | None = None,
+               objective: Objective, *,
+               val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None = None,
                out_dir: str | Path | None = None, resume: bool = False) -> TrainResult:
     """Return a `TrainResult` after training `model` on `objective` until the budget is spent.
 
     Repeats `train_step` at the learning rate `lr_at` gives, until `config.max_steps` steps or
-    `config.max_minutes` of training (evaluations excluded). Evaluates on `val_loader` (with
-    `objective.evaluate`) at step 0, every `eval_interval` steps and at the end. With `out_dir`,
-    checkpoints go to out_dir/checkpoints and the history to history.csv/json; `resume=True`
-    continues the run there exactly. The loader's `set_epoch(epoch)` (if it has one) is called
-    before each epoch. Under torchrun the model is wrapped in DistributedDataParallel; rank 0
-    logs and writes. Ctrl-C (or SIGTERM) saves a checkpoint, then re-raises; a NaN/inf loss
-    raises FloatingPointError naming the step, leaving the last good checkpoint as it was.
+    `config.max_minutes` of training (evaluations excluded). Evaluates on `val_loader` (or a
+    dict of them: see `RunHooks`) with `objective.evaluate` at step 0, every `eval_interval`
+    steps and at the end. With `out_dir`, checkpoints go to out_dir/checkpoints and the history
+    to history.csv/json; `resume=True` continues the run there exactly. The loader's
+    `set_epoch(epoch)` (if it has one) is called before each epoch. Under torchrun the model is
+    wrapped in DistributedDataParallel; rank 0 logs and writes. Ctrl-C (or SIGTERM) saves a
+    checkpoint, then re-raises; a NaN/inf loss raises FloatingPointError naming the step,
+    leaving the last good checkpoint as it was.
     """
     hooks = RunHooks(train_loader, config, objective, val_loader=val_loader, out_dir=out_dir,
                      resume=resume)  # checks the settings and the run folder

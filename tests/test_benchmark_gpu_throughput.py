@@ -44,7 +44,8 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:32:full", "tiny:32:real",
          "--shards", str(shards), "--batch-size", "4", "--vocab-size", "500", "--warmup", "1",
-         "--steps", "2", "--no-compile"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+         "--steps", "2", "--no-compile", "--profile", "tiny:32:full", "--profile-steps", "2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     written = Path(re.search(r"^written: (\S+)$", done.stdout, flags=re.M).group(1))
     assert ROOT / "benchmarks" / "results" not in written.parents
@@ -61,4 +62,10 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
         assert r["ratio_vs_transformers"] == pytest.approx(
             r["tokens_per_s"] / r["transformers_tokens_per_s"])
         assert r["mfu"] is None and r["mfu_measured_peak"] is None  # no MFU without a GPU
+    # The profile: where a step's time goes, biggest first, in shares that add up to at most 1.
+    profile = data["profile"]
+    assert profile["row"] == "tiny:32:full" and profile["time"] == "CPU operators"
+    shares = [k["share"] for k in profile["top"]]
+    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
+    assert any("addmm" in k["name"] or "mm" in k["name"] for k in profile["top"])
     assert (record.read_bytes() if record.exists() else None) == before
