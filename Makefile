@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: setup check course-model demo test test-unit test-notebooks notebooks lab bench results lint clean
+.PHONY: setup check course-model demo test test-unit test-notebooks notebooks lab bench results gpu-data lint clean
 
 setup: $(STAMP)
 
@@ -67,6 +67,14 @@ results: $(STAMP)
 	  first=$$!; $(PY) benchmarks/chinese_wwm.py --steps 10000 --seeds 1 --threads 1 \
 	  --out runs/zh-b.json && wait $$first
 	$(PY) benchmarks/chinese_wwm.py --merge runs/zh-a.json runs/zh-b.json
+
+# What a GPU session carries (tools/gpu_session.py): BBC pairs at 128 tokens in 16 draws, one per
+# epoch, with their tokenizer, and the 64-token validation pairs of the course's yardstick.
+gpu-data: $(STAMP)
+	test -f data/bbc_shards/meta.json || test -f data/bbc_shards/train/meta.json || \
+	  $(PY) -m bertlab prepare --corpus bbc --out data/bbc_shards --pair-draws 16
+	test -f data/bbc_shards64/train/meta.json || $(PY) -m bertlab prepare --corpus bbc \
+	  --out data/bbc_shards64 --max-seq-len 64 --tokenizer data/bbc_shards/tokenizer.json
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check bertlab tests benchmarks tools

@@ -12,7 +12,8 @@ Two stages, because the GPU machine has shards and a tokenizer but no corpus pac
          yardstick, BERT-masked validation pairs (15%, 80/10/10, seed 0) at 128 tokens and,
          from a second shard folder, at 64: accuracy at [MASK], NSP accuracy (not for the twin:
          an untrained head's figure is not a result) and the bar a model without context
-         reaches on the same targets. Each run folder holds its checkpoint and summary.json.
+         reaches on the same targets. Each run folder holds summary.json (the history, tokens,
+         minutes) and model/, its weights as a bf16 Hugging Face folder: what travels back.
   score  (anywhere; a CPU will do): from those folders, for every run, the word-overlap rule's
          NSP accuracy on the same validation pairs (notebook 03's rule: NotNext when A and B
          share few tokens, the threshold fitted on training pairs), the cloze score, the [CLS]
@@ -62,6 +63,7 @@ LABEL_BUDGETS = (8, 32)
 def run_one(args: argparse.Namespace) -> int:
     """Train one run into `args.run_dir` and write its summary.json (what the score stage reads)."""
     from bertlab.data import pretraining_loader
+    from bertlab.hf import save_hf
     from bertlab.model import BertForPreTraining
     from bertlab.pretraining import pretrain
     from bertlab.recipes import recipe
@@ -92,9 +94,11 @@ def run_one(args: argparse.Namespace) -> int:
     model = BertForPreTraining(chosen.model_config(args.preset, tok.get_vocab_size()),
                                generator=torch.Generator().manual_seed(args.seed))
     start = time.perf_counter()
-    result = pretrain(model, train, val, config, out_dir=args.run_dir,
-                      objectives=chosen.objectives)
+    result = pretrain(model, train, val, config, objectives=chosen.objectives)
     wall = time.perf_counter() - start
+    # What travels back from the GPU machine: the weights in bf16 (no optimizer state) and the
+    # summary, small enough to carry four runs.
+    save_hf(model.cpu().to(torch.bfloat16), tok, Path(args.run_dir) / "model")
     device = (torch.cuda.get_device_name() if on_gpu else "cpu")
     summary = {
         "twin": args.twin, "objectives": list(chosen.objectives), "seed": args.seed,
@@ -107,9 +111,10 @@ def run_one(args: argparse.Namespace) -> int:
         "recipe": chosen.to_dict(), "batch_size": loader_options["batch_size"],
         "history": result.history,
     }
-    (Path(args.run_dir) / "summary.json").write_text(json.dumps(summary, indent=1))
+    (Path(args.run_dir) / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"{args.twin} seed {args.seed}: {result.steps} steps, {result.tokens:,} tokens in "
-          f"{summary['minutes']:.2f} min ({result.stopped_by})")
+          f"{summary['minutes']:.2f} min of training, {summary['tokens_per_s'] or 0:,.0f} "
+          f"tokens/s ({result.stopped_by}; {summary['wall_minutes']:.2f} min in all)")
     return 0
 
 
@@ -210,8 +215,8 @@ def downstream(model, tok, seeds: int, budgets: list[int]) -> dict:
 
 
 def score_stage(args: argparse.Namespace) -> int:
-    from bertlab.checkpoint import load_run
     from bertlab.course.cloze import CLOZE_SET, cloze_score
+    from bertlab.loading import load_model
     from bertlab.shards import ShardExamples, shard_folder
     from bertlab.tokenizer import load_tokenizer
 
@@ -229,7 +234,7 @@ def score_stage(args: argparse.Namespace) -> int:
     for folder in folders:
         summary = json.loads((folder / "summary.json").read_text())
         nsp = "nsp" in summary["objectives"]
-        model = load_run(folder)[0].eval()
+        model = load_model(folder / "model")[0]
         cloze = cloze_score(model, tok, CLOZE_SET)
         run = {k: summary[k] for k in ("twin", "objectives", "seed", "preset", "device", "steps",
                                        "stopped_by", "tokens", "tokens_per_s", "minutes",
@@ -286,13 +291,13 @@ def twin_comparison(runs: list[dict]) -> dict:
 def ship(args, folders: list[Path], runs: list[dict], model_out: Path, train_info: dict,
          tok) -> None:
     """Write the MLM + NSP model of the first seed as a bf16 Hugging Face folder + MANIFEST."""
-    from bertlab.checkpoint import load_run
     from bertlab.hf import save_hf
+    from bertlab.loading import load_model
     from bertlab.util import atomic_write_json
 
     first = min(r["seed"] for r in runs if r["twin"] == "mlm+nsp")
     index = next(i for i, r in enumerate(runs) if r["twin"] == "mlm+nsp" and r["seed"] == first)
-    model = load_run(folders[index])[0]
+    model = load_model(folders[index] / "model")[0]
     save_hf(model.to(torch.bfloat16), tok, model_out)
     run = runs[index]
     manifest = {

@@ -28,6 +28,7 @@ temporary folder unless `--out` says where, never over the GPU record.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -223,7 +224,8 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), help="preset:seq_len:full|real")
+    parser.add_argument("--rows", nargs="*", default=list(ROWS),
+                        help="preset:seq_len:full|real (none: only --profile)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="one batch size for every row (default: 1024 tiny, 512 mini, 256 "
                              "base at 128, 64 base at 512)")
@@ -241,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="after the rows, profile bertlab on this row (e.g. base:128:full) "
                              "and record its top kernels by time")
     parser.add_argument("--profile-steps", type=int, default=5)
+    parser.add_argument("--append", action="store_true",
+                        help="keep the rows (and profile) already in --out and add to them: a "
+                             "session in phases, each with its own deadline, builds one record")
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write (default: on a "
                         "GPU, benchmarks/results/gpu_throughput.json; on a CPU, a temp folder)")
     args = parser.parse_args(argv)
@@ -259,8 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"{name}: measured matmul peak {args.matmul_peak / 1e12:.1f} TFLOP/s ({precision})")
     rows: list[dict] = []
+    earlier = json.loads(args.out.read_text()) if args.append and args.out.is_file() else {}
+    if earlier and earlier.get("device") != name:
+        raise SystemExit(f"gpu_throughput --append: {args.out} was measured on "
+                         f"{earlier.get('device')}, not {name}; write another file")
+    rows += earlier.get("rows", [])
     measured: dict = {"device": name, "torch": torch.__version__, "compile": not args.no_compile,
                       "matmul_peak_tflops": args.matmul_peak / 1e12, "rows": rows}
+    if "profile" in earlier:
+        measured["profile"] = earlier["profile"]
     for spec in args.rows:
         row = measure_row(args, spec, device, precision)
         if row is not None:

@@ -68,4 +68,15 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     shares = [k["share"] for k in profile["top"]]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
     assert any("addmm" in k["name"] or "mm" in k["name"] for k in profile["top"])
+    # A later phase of the same session adds its rows to the record, keeping the earlier ones.
+    more = subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:16:full", "--batch-size",
+         "4", "--vocab-size", "500", "--warmup", "1", "--steps", "2", "--no-compile",
+         "--no-reference", "--append", "--out", str(written)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert more.returncode == 0, more.stderr[-3000:]
+    merged = json.loads(written.read_text())
+    assert [(r["seq_len"], r["batch"]) for r in merged["rows"]] == [(32, "full"), (32, "real"),
+                                                                    (16, "full")]
+    assert merged["profile"] == profile and merged["rows"][2]["transformers_tokens_per_s"] is None
     assert (record.read_bytes() if record.exists() else None) == before

@@ -1,0 +1,135 @@
+"""A GPU session for issue 25, prepared on the CPU: one smoke call, then one full call in phases.
+
+GPU time is short (a lent H200 for minutes), so everything the GPU does is written down here and
+tried on the CPU first. Before the session, on this machine:
+
+    make gpu-data        # data/bbc_shards (128 tokens, 16 pair draws) and data/bbc_shards64
+
+On the GPU machine, from the repository root, carrying data/ (about 45 MB):
+
+    python3 tools/gpu_session.py smoke --out $OUT      # compile + a few steps of each script
+    python3 tools/gpu_session.py full --out $OUT --twin-steps N      # at most 8 minutes
+
+The full call runs four phases, each under its own deadline, each writing as it goes, so a late
+phase that runs out of time costs nothing earlier:
+  1. base at 128 tokens, bertlab and transformers, full and real BBC batches -> gpu_throughput.json
+  2. the pretraining twins (benchmarks/gpu_pretrain.py train), 4 runs at once, about 3 minutes
+  3. the other throughput rows (tiny, mini at 128; base at 512), added to gpu_throughput.json
+  4. the profile of base at 128 (top kernels by time), added to gpu_throughput.json
+Then each run folder is packed into its own archive under $OUT (each well under 16 MiB).
+The inductor cache lives in .cache/inductor (ignored), so the full call reuses the smoke's.
+
+Back here: unpack the run archives into runs/gpu-twins, copy gpu_throughput.json to
+benchmarks/results/, then `python benchmarks/gpu_pretrain.py score --runs runs/gpu-twins`.
+`--device cpu` walks the same phases on the CPU with tiny sizes (a check of the commands only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def phase(name: str, cmd: list[str], deadline_s: float, log: Path) -> bool:
+    """Run one phase under its deadline; return whether it finished. Output goes to `log` (and
+    its tail to the console), so a phase cut short still shows how far it got."""
+    print(f"== {name} (deadline {deadline_s:.0f} s): {' '.join(cmd)}", flush=True)
+    start, seen = time.perf_counter(), log.stat().st_size if log.exists() else 0
+    with open(log, "a") as out:
+        try:
+            done = subprocess.run(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                  timeout=deadline_s)
+            ok = done.returncode == 0
+        except subprocess.TimeoutExpired:
+            ok = False
+            out.write(f"\n{name}: stopped at its deadline of {deadline_s:.0f} s\n")
+    tail = log.read_bytes()[seen:].decode(errors="replace").strip().splitlines()[-6:]
+    print("\n".join(tail))
+    print(f"== {name}: {'done' if ok else 'NOT finished'} in {time.perf_counter() - start:.0f} s",
+          flush=True)
+    return ok
+
+
+def pack_runs(runs: Path, out: Path) -> None:
+    """Pack each run folder (summary.json and its bf16 model) into out/<run>.tgz, and the logs
+    and train.json into out/twins-logs.tgz: files small enough to come back one by one."""
+    for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+        with tarfile.open(out / f"{folder.name.replace('+', '-')}.tgz", "w:gz") as tar:
+            tar.add(folder, arcname=folder.name)
+    with tarfile.open(out / "twins-logs.tgz", "w:gz") as tar:
+        for f in sorted(runs.iterdir()):
+            if f.is_file():
+                tar.add(f, arcname=f.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("call", choices=("smoke", "full"))
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-session")))
+    p.add_argument("--twin-steps", type=int, default=3000,
+                   help="every twin's step budget (set it from the smoke call's tokens/s)")
+    p.add_argument("--twin-minutes", type=float, default=3.0,
+                   help="and a deadline for the twins' training (a run that reaches it says so)")
+    p.add_argument("--device", default="cuda")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    cpu = args.device == "cpu"
+    shards, shards64 = ROOT / "data" / "bbc_shards", ROOT / "data" / "bbc_shards64"
+    for folder in (shards, shards64):
+        if not (folder / "tokenizer.json").is_file():
+            print(f"gpu_session: {folder} is missing; run `make gpu-data` here and carry data/")
+            return 1
+    throughput = [PY, "benchmarks/gpu_throughput.py", "--device", args.device, "--shards",
+                  str(shards), "--out", str(args.out / "gpu_throughput.json")]
+    twins = [PY, "benchmarks/gpu_pretrain.py", "train", "--device", args.device, "--shards",
+             str(shards), "--shards64", str(shards64)]
+    log = args.out / f"{args.call}.log"
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-session"
+    if cpu:  # the commands on tiny sizes: a check that each phase runs, no measurement
+        throughput += ["--batch-size", "4", "--vocab-size", "500", "--warmup", "1", "--steps",
+                       "1", "--no-compile"]
+        twins += ["--preset", "tiny", "--batch-size", "8", "--eval-batches", "2", "--threads",
+                  "1", "--num-workers", "0", "--seeds", "0"]
+    if args.call == "smoke":
+        rows = ["tiny:32:full"] if cpu else ["mini:128:full"]
+        ok = phase("smoke: throughput", [*throughput, "--rows", *rows, "--warmup", "3",
+                                         "--steps", "3", "--no-reference"], 240, log)
+        ok &= phase("smoke: twins", [*twins, "--runs", str(work / "smoke-runs"), "--steps",
+                                     "30", "--eval-interval", "30", "--eval-batches", "2"],
+                    300, log)
+        return 0 if ok else 1
+    results = {}
+    base = ["tiny:32:full", "tiny:32:real"] if cpu else ["base:128:full", "base:128:real"]
+    results["1 base"] = phase("phase 1: base at 128", [*throughput, "--rows", *base], 110, log)
+    runs = work / "runs"  # packed into $OUT below: few files come back from there
+    results["2 twins"] = phase("phase 2: twins", [
+        *twins, "--runs", str(runs), "--steps", str(4 if cpu else args.twin_steps),
+        "--minutes", str(args.twin_minutes)] + (["--eval-interval", "2"] if cpu else []),
+        (args.twin_minutes + 1.5) * 60, log)
+    if runs.is_dir():
+        pack_runs(runs, args.out)
+    rest = ["tiny:16:full"] if cpu else ["tiny:128:full", "mini:128:full", "base:512:full"]
+    results["3 rows"] = phase("phase 3: other rows", [*throughput, "--append", "--rows", *rest],
+                              100, log)
+    profiled = "tiny:32:full" if cpu else "base:128:full"
+    results["4 profile"] = phase("phase 4: profile", [*throughput, "--append", "--rows",
+                                                      "--profile", profiled, "--no-reference"],
+                                 60, log)
+    print("phases: " + ", ".join(f"{k} {'done' if v else 'NOT finished'}"
+                                 for k, v in results.items()))
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
