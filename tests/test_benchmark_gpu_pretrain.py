@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from bertlab.cli import main as cli
+from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
 from bertlab.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +93,24 @@ def test_the_twins_train_together_and_the_record_says_what_each_learned(shards, 
     assert model.config.num_layers == 2 and tok.get_vocab_size() == model.config.vocab_size
     assert torch.isfinite(next(model.parameters())).all()
     assert (record.read_bytes() if record.exists() else None) == before
+    # What notebooks 05 and 06 print from such a record: every run, then the gaps.
+    lines = twins_lines(data)
+    assert len(lines) == 1 + 2 + len(data["twins"]["nsp_minus_mlm_only"])
+    assert "NSP not trained" in lines[2] and "NSP 0." in lines[1]
+    assert [len(c) for c in gpu_curves(data).values()] == [3, 3]
+    # ...and a smoke record is never taken for a GPU result.
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "gpu_pretrain.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="made on a CPU .* not a GPU result"):
+        load_gpu_records(tmp_path)
+
+
+def test_without_a_gpu_session_the_notebooks_say_so_in_words(tmp_path):
+    records = load_gpu_records(tmp_path)
+    assert records.throughput is None and records.pretrain is None
+    assert "No GPU pretraining record yet" in twins_lines(None)[0]
+    assert gpu_curves(None) == {}
+    # The repository holds GPU records only from a GPU (none yet, or a real device name).
+    committed = load_gpu_records(ROOT)
+    for record in (committed.throughput, committed.pretrain):
+        assert record is None or "cpu" not in record["device"].lower()

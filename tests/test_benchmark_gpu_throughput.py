@@ -17,6 +17,7 @@ import pytest
 
 import bertlab as bl
 from bertlab.cli import main as cli
+from bertlab.course.gpu_records import throughput_lines
 from bertlab.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +81,7 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
                                                                     (16, "full")]
     assert merged["profile"] == profile and merged["rows"][2]["transformers_tokens_per_s"] is None
     assert (record.read_bytes() if record.exists() else None) == before
+    lines = throughput_lines(merged)  # what notebook 05 prints from a record
+    assert lines[0].startswith("cpu, torch") and len(lines) == 1 + 3
+    assert "MFU n/a" in lines[1] and "x transformers" in lines[1] and "x transformers" not in lines[3]
+    assert "No GPU throughput record yet" in throughput_lines(None)[0]

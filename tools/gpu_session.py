@@ -79,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--twin-minutes", type=float, default=3.0,
                    help="and a deadline for the twins' training (a run that reaches it says so)")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--data", type=Path, default=ROOT / "data",
+                   help="the folder holding bbc_shards and bbc_shards64 (make gpu-data)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     cpu = args.device == "cpu"
-    shards, shards64 = ROOT / "data" / "bbc_shards", ROOT / "data" / "bbc_shards64"
+    shards, shards64 = args.data / "bbc_shards", args.data / "bbc_shards64"
     for folder in (shards, shards64):
         if not (folder / "tokenizer.json").is_file():
             print(f"gpu_session: {folder} is missing; run `make gpu-data` here and carry data/")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     twins = [PY, "benchmarks/gpu_pretrain.py", "train", "--device", args.device, "--shards",
              str(shards), "--shards64", str(shards64)]
     log = args.out / f"{args.call}.log"
-    work = Path(os.environ.get("TMPDIR", "/tmp")) / "gpu-session"
+    work = args.out.parent / f".{args.out.name}-work"  # beside $OUT, not in it
     if cpu:  # the commands on tiny sizes: a check that each phase runs, no measurement
         throughput += ["--batch-size", "4", "--vocab-size", "500", "--warmup", "1", "--steps",
                        "1", "--no-compile"]
