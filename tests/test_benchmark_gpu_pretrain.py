@@ -98,6 +98,7 @@ def test_the_twins_train_together_and_the_record_says_what_each_learned(shards, 
     assert len(lines) == 1 + 2 + len(data["twins"]["nsp_minus_mlm_only"])
     assert "NSP not trained" in lines[2] and "NSP 0." in lines[1]
     assert [len(c) for c in gpu_curves(data).values()] == [3, 3]
+    assert gpu_curves(data, 64) != gpu_curves(data)  # the yardstick at 64 tokens, and at 128
     # ...and a smoke record is never taken for a GPU result.
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "gpu_pretrain.json").write_text(json.dumps(data))

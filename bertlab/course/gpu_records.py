@@ -73,8 +73,8 @@ def twins_lines(record: dict[str, Any] | None) -> list[str]:
     with their spread over seeds, or the sentence that there is no record yet."""
     if record is None:
         return [f"No GPU pretraining record yet (benchmarks/results/{PRETRAIN}): no model in this "
-                f"project has been pretrained on a GPU, so none has learned NSP, and the question "
-                f"below is still open. {HOW}."]
+                f"project has been pretrained on a GPU, so the twins' answer (MLM + NSP against "
+                f"MLM alone) is still to come. {HOW}."]
     lines = [f"{record['device']}, {record['concurrent_runs']} runs sharing it at once"]
     for r in record["runs"]:
         nsp = r["at_128"]["nsp_accuracy"]
@@ -92,10 +92,13 @@ def twins_lines(record: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def gpu_curves(record: dict[str, Any] | None) -> dict[str, list[tuple[int, float]]]:
-    """Return each run's validation curve at 128 tokens, [(tokens, [MASK] accuracy)], by run
-    name ("mlm+nsp seed 0", ...): empty without a record."""
+def gpu_curves(record: dict[str, Any] | None,
+               length: int = 128) -> dict[str, list[tuple[int, float]]]:
+    """Return each run's validation curve on `length`-token pairs (128 or 64, the course's
+    yardstick), [(tokens, [MASK] accuracy)], by run name ("mlm+nsp seed 0", ...): empty without
+    a record."""
     if record is None:
         return {}
     return {f"{r['twin']} seed {r['seed']}": [(h["tokens"], h["mask_accuracy"])
-                                              for h in r["history_128"]] for r in record["runs"]}
+                                              for h in r[f"history_{length}"]]
+            for r in record["runs"]}
