@@ -10,12 +10,15 @@ it (`bertlab.pretraining.mlm_capacity`).
 The rows (`--rows preset:seq_len:batch`): tiny, mini and base at 128 tokens and base at 512 on
 `full` batches (every position a real token, 15% of them MLM targets: what a packed batch
 costs), and base at 128 on `real` batches, BBC pairs from a `prepare`d shard folder (`--shards`),
-padded to the length, so the row shows what padding costs. tokens_per_s counts real tokens.
+padded to the length, so the row shows what padding costs (`padding_share`: the positions that
+hold padding). tokens_per_s counts real tokens. A row spec ending in `:regional` compiles each
+encoder layer instead of the whole model (shorter compiles; is it as fast?).
 
 The record, benchmarks/results/gpu_throughput.json (rewritten after every row, so a run cut
 short keeps the rows it finished): `device` (the GPU's name), `torch`, `compile`,
 `matmul_peak_tflops` (this GPU's measured bf16 matmul peak) and `rows`, each with preset,
-seq_len, batch, batch_size, vocab_size, tokens_per_s, mfu (against `--peak-tflops`, 989 for
+seq_len, batch, batch_size, vocab_size, compile (whole, regional or none), padding_share,
+tokens_per_s, mfu (against `--peak-tflops`, 989 for
 an H100/H200, with `bertlab.sizes.flops_per_token`), mfu_measured_peak,
 transformers_tokens_per_s and ratio_vs_transformers (bertlab / transformers).
 
@@ -49,6 +52,7 @@ from bertlab.pretraining import (
     target_share_bound,
     unpadded_inputs,
 )
+from bertlab.shards import shard_pair_length
 from bertlab.sizes import flops_per_token
 from bertlab.tokenizer import load_tokenizer
 from bertlab.train import TrainConfig, build_optimizer
@@ -79,7 +83,21 @@ def hf_model(config: BertConfig):
     return transformers.BertForPreTraining(hf_config)
 
 
-def training_step(model, batches, device, precision, compile_model):
+def compiled(model, mode: str):
+    """Return the module a step calls: `model` as it is ("none"), compiled whole ("whole"), or
+    with each encoder layer compiled in place and the rest eager ("regional": one layer's graph,
+    reused by every layer of the same shape, so compiling takes one layer's time)."""
+    if mode == "whole":
+        return torch.compile(model)
+    if mode == "regional":
+        layers = (model.bert.layers if isinstance(model, BertForPreTraining)
+                  else model.bert.encoder.layer)
+        for layer in layers:
+            layer.compile()
+    return model
+
+
+def training_step(model, batches, device, precision, compile_mode):
     """Return step(i): one training step on batch i (cycling over `batches`, CPU batches moved
     to the device here, before any timing), synchronised with the device when it returns.
 
@@ -92,9 +110,9 @@ def training_step(model, batches, device, precision, compile_model):
     config = TrainConfig(lr=1e-4)
     model.to(device).train()
     optimizer = build_optimizer(model, config, device)
-    step_model = torch.compile(model) if compile_model else model
+    step_model = compiled(model, compile_mode)
     # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
-    share = target_share_bound(MaskingConfig()) if compile_model else None
+    share = target_share_bound(MaskingConfig()) if compile_mode != "none" else None
     totals = [pretraining_counts(b, target_share=share) for b in batches]  # outside the timing
 
     def step(i: int) -> None:
@@ -115,9 +133,9 @@ def training_step(model, batches, device, precision, compile_model):
     return step
 
 
-def time_steps(model, batches, device, precision, compile_model, warmup, steps) -> list[float]:
+def time_steps(model, batches, device, precision, compile_mode, warmup, steps) -> list[float]:
     """Return the seconds of `steps` training steps after `warmup` (compilation) steps."""
-    step = training_step(model, batches, device, precision, compile_model)
+    step = training_step(model, batches, device, precision, compile_mode)
     times = []
     for i in range(warmup + steps):
         if device.type == "cuda":
@@ -137,7 +155,7 @@ def profile_row(args, spec: str, device: torch.device, precision: str, top: int 
     batches, config, batch_size, _ = row_inputs(args, spec)
     model = BertForPreTraining(config)
     with fast_math(device, compile=not args.no_compile):
-        step = training_step(model, batches, device, precision, not args.no_compile)
+        step = training_step(model, batches, device, precision, compile_mode(args, spec))
         for i in range(args.warmup):
             step(i)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
@@ -164,6 +182,11 @@ BATCH_SIZES = {("tiny", 128): 1024, ("mini", 128): 512, ("base", 128): 256, ("ba
 
 def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
     """Return (`count` BBC batches from a shard folder, padded to `seq_len`, its vocab size)."""
+    held = shard_pair_length(shards)
+    if held != seq_len:
+        raise SystemExit(f"gpu_throughput: a real row at {seq_len} tokens needs shards of "
+                         f"{seq_len}-token pairs; {shards} holds {held}-token pairs (prepare "
+                         f"--max-seq-len {seq_len})")
     tok = load_tokenizer(shards / "tokenizer.json")
     loader = pretraining_loader(shards, tok, split="train", batch_size=batch_size,
                                 max_seq_len=seq_len, pad_to_multiple_of=seq_len, seed=0)
@@ -173,9 +196,18 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
     return batches[:count], tok.get_vocab_size()
 
 
+def compile_mode(args, spec: str) -> str:
+    """Return how a row is compiled: "none" with --no-compile, "regional" for a row spec ending in
+    ":regional", else "whole"."""
+    if args.no_compile:
+        return "none"
+    return "regional" if spec.endswith(":regional") else "whole"
+
+
 def row_inputs(args, spec: str):
-    """Return (batches, model config, batch size, vocab size) of one row `preset:seq_len:kind`."""
-    preset, seq_len, kind = spec.split(":")
+    """Return (batches, model config, batch size, vocab size) of one row
+    `preset:seq_len:kind[:regional]`."""
+    preset, seq_len, kind = spec.split(":")[:3]
     seq_len = int(seq_len)
     batch_size = args.batch_size or BATCH_SIZES.get((preset, seq_len), 64)
     count = args.warmup + args.steps
@@ -191,7 +223,7 @@ def row_inputs(args, spec: str):
 
 def measure_row(args, spec: str, device: torch.device, precision: str) -> dict | None:
     """Return one row of the record: bertlab and transformers on the same batches."""
-    preset, seq_len, kind = spec.split(":")
+    preset, seq_len, kind = spec.split(":")[:3]
     seq_len = int(seq_len)
     if kind == "real" and args.shards is None:
         print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
@@ -199,13 +231,15 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
         return None
     batches, config, batch_size, vocab = row_inputs(args, spec)
     tokens = statistics.median(int(b["attention_mask"].sum()) for b in batches)  # real tokens
+    positions = statistics.median(b["input_ids"].numel() for b in batches)
+    padding = 1 - tokens / positions  # what a padded batch computes for nothing
+    mode = compile_mode(args, spec)
     flops = flops_per_token(config, seq_len, mlm_fraction=0.15)
     rates = {}
     for name in ("bertlab", "transformers")[: 1 if args.no_reference else 2]:
         model = BertForPreTraining(config) if name == "bertlab" else hf_model(config)
         with fast_math(device, compile=not args.no_compile):
-            times = time_steps(model, batches, device, precision, not args.no_compile,
-                               args.warmup, args.steps)
+            times = time_steps(model, batches, device, precision, mode, args.warmup, args.steps)
         rates[name] = tokens / statistics.median(times)
         print(f"{spec:>15} {name:>12}: batch {batch_size} x {seq_len}, median step "
               f"{1000 * statistics.median(times):.1f} ms, {rates[name]:,.0f} tokens/s")
@@ -215,7 +249,8 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
     on_gpu = device.type == "cuda"
     reference = rates.get("transformers")
     return {"preset": preset, "seq_len": seq_len, "batch": kind, "batch_size": batch_size,
-            "vocab_size": vocab, "tokens_per_s": rates["bertlab"],
+            "vocab_size": vocab, "compile": mode, "padding_share": padding,
+            "tokens_per_s": rates["bertlab"],
             "mfu": flops * rates["bertlab"] / (args.peak_tflops * 1e12) if on_gpu else None,
             "mfu_measured_peak": flops * rates["bertlab"] / args.matmul_peak if on_gpu else None,
             "transformers_tokens_per_s": reference,
@@ -225,7 +260,8 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="*", default=list(ROWS),
-                        help="preset:seq_len:full|real (none: only --profile)")
+                        help="preset:seq_len:full|real, with :regional to compile each encoder "
+                             "layer instead of the whole model (none: only --profile)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="one batch size for every row (default: 1024 tiny, 512 mini, 256 "
                              "base at 128, 64 base at 512)")

@@ -22,7 +22,8 @@ from bertlab.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_throughput.py"
-ROW_FIELDS = {"preset", "seq_len", "batch", "batch_size", "vocab_size", "tokens_per_s", "mfu",
+ROW_FIELDS = {"preset", "seq_len", "batch", "batch_size", "vocab_size", "compile",
+              "padding_share", "tokens_per_s", "mfu",
               "mfu_measured_peak", "transformers_tokens_per_s", "ratio_vs_transformers"}
 
 
@@ -33,7 +34,8 @@ def shards(tmp_path_factory):
         (folder / f"{doc.id.replace('/', '_')}.txt").write_text(
             doc.title + "\n\n" + " ".join(doc.sentences), encoding="utf-8")
     out = tmp_path_factory.mktemp("shards") / "bbc"
-    assert cli(["prepare", "--corpus", str(folder), "--out", str(out)]) == 0
+    assert cli(["prepare", "--corpus", str(folder), "--out", str(out), "--max-seq-len",
+                "32"]) == 0
     return out
 
 
@@ -71,8 +73,8 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     assert any("addmm" in k["name"] or "mm" in k["name"] for k in profile["top"])
     # A later phase of the same session adds its rows to the record, keeping the earlier ones.
     more = subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:16:full", "--batch-size",
-         "4", "--vocab-size", "500", "--warmup", "1", "--steps", "2", "--no-compile",
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:16:full:regional",
+         "--batch-size", "4", "--vocab-size", "500", "--warmup", "1", "--steps", "2",
          "--no-reference", "--append", "--out", str(written)],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert more.returncode == 0, more.stderr[-3000:]
@@ -80,6 +82,9 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     assert [(r["seq_len"], r["batch"]) for r in merged["rows"]] == [(32, "full"), (32, "real"),
                                                                     (16, "full")]
     assert merged["profile"] == profile and merged["rows"][2]["transformers_tokens_per_s"] is None
+    # Each row says how it was compiled, and how much of a real batch is padding.
+    assert [r["compile"] for r in merged["rows"]] == ["none", "none", "regional"]
+    assert rows[0]["padding_share"] == 0 and 0 <= rows[1]["padding_share"] < 0.5
     assert (record.read_bytes() if record.exists() else None) == before
     lines = throughput_lines(merged)  # what notebook 05 prints from a record
     assert lines[0].startswith("cpu, torch") and len(lines) == 1 + 3

@@ -14,7 +14,8 @@ The full call runs four phases, each under its own deadline, each writing as it 
 phase that runs out of time costs nothing earlier:
   1. base at 128 tokens, bertlab and transformers, full and real BBC batches -> gpu_throughput.json
   2. the pretraining twins (benchmarks/gpu_pretrain.py train), 4 runs at once, about 3 minutes
-  3. the other throughput rows (tiny, mini at 128; base at 512), added to gpu_throughput.json
+  3. the other throughput rows (tiny, mini at 128; base at 512; base at 128 compiled layer by
+     layer, to see whether regional compilation is as fast), added to gpu_throughput.json
   4. the profile of base at 128 (top kernels by time), added to gpu_throughput.json
 Then each run folder is packed into its own archive under $OUT (each well under 16 MiB).
 The inductor cache lives in .cache/inductor (ignored), so the full call reuses the smoke's.
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     300, log)
         return 0 if ok else 1
     results = {}
-    base = ["tiny:32:full", "tiny:32:real"] if cpu else ["base:128:full", "base:128:real"]
+    base = ["tiny:128:full", "tiny:128:real"] if cpu else ["base:128:full", "base:128:real"]
     results["1 base"] = phase("phase 1: base at 128", [*throughput, "--rows", *base], 110, log)
     runs = work / "runs"  # packed into $OUT below: few files come back from there
     results["2 twins"] = phase("phase 2: twins", [
@@ -121,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         (args.twin_minutes + 1.5) * 60, log)
     if runs.is_dir():
         pack_runs(runs, args.out)
-    rest = ["tiny:16:full"] if cpu else ["tiny:128:full", "mini:128:full", "base:512:full"]
+    rest = (["tiny:16:full"] if cpu else
+            ["tiny:128:full", "mini:128:full", "base:512:full", "base:128:full:regional"])
     results["3 rows"] = phase("phase 3: other rows", [*throughput, "--append", "--rows", *rest],
                               100, log)
-    profiled = "tiny:32:full" if cpu else "base:128:full"
+    profiled = "tiny:128:full" if cpu else "base:128:full"
     results["4 profile"] = phase("phase 4: profile", [*throughput, "--append", "--rows",
                                                       "--profile", profiled, "--no-reference"],
                                  60, log)
