@@ -66,15 +66,15 @@ class PairDraws:
         return len(self.draws)
 
 
-
 class NspDataset(Dataset):
     """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per NSP example.
 
     `examples`: NSP examples in memory (`create_nsp_examples`) or on disk (`ShardExamples` of a
     folder written by `prepare_shards`); both give the same items. `PairDraws` gives several
-    cuts of the corpus into pairs: epoch e reads draw e % K, so `len` is the current draw's. `word_ids` (one list per
-    example, from `bertlab.zh.nsp_word_ids`; None at special tokens) adds "word_ids" (an int64
-    array, -1 at specials) to each item, for whole-word masking by those words.
+    cuts of the corpus into pairs: epoch e reads draw e % K, so `len` is the current draw's.
+    `word_ids` (one list per example, from `bertlab.zh.nsp_word_ids`; None at special tokens)
+    adds "word_ids" (an int64 array, -1 at specials) to each item, for whole-word masking by
+    those words.
 
     `masking="dynamic"`: the row seed changes with the epoch (`set_epoch`); `"static"`: epoch e
     uses mask copy e % `dupe_factor` (1 = one fixed mask per example forever).
