@@ -285,7 +285,9 @@ def twin_comparison(runs: list[dict]) -> dict:
         gaps = [get(by[("mlm+nsp", s)]) - get(by[("mlm", s)]) for s in seeds]
         out[name] = {"gaps": gaps, "mean": statistics.fmean(gaps) if gaps else None,
                      "spread": (max(gaps) - min(gaps)) if gaps else None}
-    return {"seeds": seeds, "nsp_minus_mlm_only": out}
+    # The twins share the step budget; a deadline reached first would make one train less.
+    same_steps = all(by[("mlm+nsp", s)]["steps"] == by[("mlm", s)]["steps"] for s in seeds)
+    return {"seeds": seeds, "same_steps": same_steps, "nsp_minus_mlm_only": out}
 
 
 def ship(args, folders: list[Path], runs: list[dict], model_out: Path, train_info: dict,

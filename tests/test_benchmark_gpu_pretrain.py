@@ -78,7 +78,7 @@ def test_the_twins_train_together_and_the_record_says_what_each_learned(shards, 
     assert mlm["at_128"]["nsp_accuracy"] == "not trained"
     assert all("nsp_accuracy" not in h for h in mlm["history_128"])
     assert 0 <= nsp["at_128"]["nsp_accuracy"] <= 1
-    assert data["twins"]["seeds"] == [0]
+    assert data["twins"]["seeds"] == [0] and data["twins"]["same_steps"] is True
     gap = data["twins"]["nsp_minus_mlm_only"]["cls_probe_all_labels"]
     assert gap["mean"] == pytest.approx(nsp["cls_probe_all_labels"]["accuracy"]
                                         - mlm["cls_probe_all_labels"]["accuracy"])

@@ -77,6 +77,9 @@ def twins_lines(record: dict[str, Any] | None) -> list[str]:
                 f"project has been pretrained on a GPU, so the twins' answer (MLM + NSP against "
                 f"MLM alone) is still to come. {HOW}."]
     lines = [f"{record['device']}, {record['concurrent_runs']} runs sharing it at once"]
+    if not record["twins"].get("same_steps", True):
+        lines.append("careful: a deadline stopped the twins at different steps, so the gaps "
+                     "below also hold a difference in training")
     for r in record["runs"]:
         nsp = r["at_128"]["nsp_accuracy"]
         nsp = nsp if isinstance(nsp, str) else f"{nsp:.3f}"
