@@ -11,7 +11,9 @@ The rows (`--rows preset:seq_len:batch`): tiny, mini and base at 128 tokens and 
 `full` batches (every position a real token, 15% of them MLM targets: what a packed batch
 costs), and base at 128 on `real` batches, BBC pairs from a `prepare`d shard folder (`--shards`),
 padded to the length, so the row shows what padding costs (`padding_share`: the positions that
-hold padding). tokens_per_s counts real tokens. A row spec ending in `:regional` compiles each
+hold padding), and `grouped` rows: the same pairs batched by length (`group_by_length`), which
+pads less and leaves most batches with no padding and so no attention mask. tokens_per_s
+counts real tokens (the median over timed steps of a step's real tokens over its time). A row spec ending in `:regional` compiles each
 encoder layer instead of the whole model (shorter compiles; is it as fast?).
 
 The record, benchmarks/results/gpu_throughput.json (rewritten after every row, so a run cut
@@ -180,8 +182,10 @@ ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "bas
 BATCH_SIZES = {("tiny", 128): 1024, ("mini", 128): 512, ("base", 128): 256, ("base", 512): 64}
 
 
-def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
-    """Return (`count` BBC batches from a shard folder, padded to `seq_len`, its vocab size)."""
+def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, grouped: bool = False):
+    """Return (`count` BBC batches from a shard folder, its vocab size): padded to `seq_len`, or
+    with `grouped` batched by length (`group_by_length=8`) and padded to a multiple of 32, so
+    most batches have no padding and a compiled model sees at most a few shapes."""
     held = shard_pair_length(shards)
     if held != seq_len:
         raise SystemExit(f"gpu_throughput: a real row at {seq_len} tokens needs shards of "
@@ -189,7 +193,8 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int):
                          f"--max-seq-len {seq_len})")
     tok = load_tokenizer(shards / "tokenizer.json")
     loader = pretraining_loader(shards, tok, split="train", batch_size=batch_size,
-                                max_seq_len=seq_len, pad_to_multiple_of=seq_len, seed=0)
+                                max_seq_len=seq_len, pad_to_multiple_of=32 if grouped else seq_len,
+                                group_by_length=8 if grouped else None, seed=0)
     batches = []
     while len(batches) < count:  # a small folder is cycled
         batches += list(loader)
@@ -211,8 +216,8 @@ def row_inputs(args, spec: str):
     seq_len = int(seq_len)
     batch_size = args.batch_size or BATCH_SIZES.get((preset, seq_len), 64)
     count = args.warmup + args.steps
-    if kind == "real":
-        batches, vocab = real_batches(args.shards, batch_size, seq_len, count)
+    if kind in ("real", "grouped"):
+        batches, vocab = real_batches(args.shards, batch_size, seq_len, count, kind == "grouped")
     else:
         vocab = args.vocab_size
         batches = [make_batch(batch_size, seq_len, vocab, torch.Generator().manual_seed(i))
@@ -225,14 +230,13 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
     """Return one row of the record: bertlab and transformers on the same batches."""
     preset, seq_len, kind = spec.split(":")[:3]
     seq_len = int(seq_len)
-    if kind == "real" and args.shards is None:
+    if kind in ("real", "grouped") and args.shards is None:
         print(f"{spec}: skipped, no --shards folder (python -m bertlab prepare --corpus bbc "
               f"--out data/bbc_shards makes one)")
         return None
     batches, config, batch_size, vocab = row_inputs(args, spec)
-    tokens = statistics.median(int(b["attention_mask"].sum()) for b in batches)  # real tokens
-    positions = statistics.median(b["input_ids"].numel() for b in batches)
-    padding = 1 - tokens / positions  # what a padded batch computes for nothing
+    tokens = [int(b["attention_mask"].sum()) for b in batches]  # real tokens, per batch
+    padding = 1 - sum(tokens) / sum(b["input_ids"].numel() for b in batches)  # computed for nothing
     mode = compile_mode(args, spec)
     flops = flops_per_token(config, seq_len, mlm_fraction=0.15)
     rates = {}
@@ -240,7 +244,9 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
         model = BertForPreTraining(config) if name == "bertlab" else hf_model(config)
         with fast_math(device, compile=not args.no_compile):
             times = time_steps(model, batches, device, precision, mode, args.warmup, args.steps)
-        rates[name] = tokens / statistics.median(times)
+        # Each timed step's real tokens over its time (batches of a grouped row differ in size).
+        rates[name] = statistics.median(tokens[(args.warmup + i) % len(batches)] / t
+                                        for i, t in enumerate(times))
         print(f"{spec:>15} {name:>12}: batch {batch_size} x {seq_len}, median step "
               f"{1000 * statistics.median(times):.1f} ms, {rates[name]:,.0f} tokens/s")
         del model
@@ -260,7 +266,7 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="*", default=list(ROWS),
-                        help="preset:seq_len:full|real, with :regional to compile each encoder "
+                        help="preset:seq_len:full|real|grouped, with :regional to compile each encoder "
                              "layer instead of the whole model (none: only --profile)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="one batch size for every row (default: 1024 tiny, 512 mini, 256 "

@@ -204,6 +204,10 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                         "(default: from --recipe for text, 16 for gpu and 1 for the others; a "
                         "shard folder's own draws, from prepare --pair-draws)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    p.add_argument("--group-by-length", type=int, default=None, metavar="G",
+                   help="batch training pairs of similar length, sorting G batches at a time: "
+                        "less padding, and no attention mask on batches without any (default: "
+                        "off)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
     _add_pretrain_settings(p)
@@ -389,6 +393,7 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
     train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
                                mask_config=MaskingConfig(mlm_probability=mlm_probability),
                                pair_draws=_pair_draws(args, shards),
+                               group_by_length=args.group_by_length,
                                sampler="distributed" if world > 1 else None, **common)
     # NSP needs at least 2 documents (negatives come from another one); single segments, one.
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
@@ -417,6 +422,9 @@ class _PretrainSettings:
 def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSettings:
     """Return pretrain's settings from its flags and --recipe; raise ValueError on a bad one."""
     _check_threads(args.threads)
+    if args.group_by_length is not None and args.group_by_length < 1:
+        raise ValueError(f"--group-by-length {args.group_by_length}: pass how many batches are "
+                         f"sorted by length together (8 is a good start), or leave it out")
     if args.num_workers < 0:
         raise ValueError(f"--num-workers {args.num_workers}: pass 0 (load in the main process) "
                          f"or a positive number of worker processes")

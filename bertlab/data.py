@@ -30,6 +30,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from bertlab.device import rank_world
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
@@ -89,6 +90,7 @@ class NspDataset(Dataset):
         self.draws = (examples.draws if isinstance(examples, PairDraws) else
                       [examples if isinstance(examples, ShardExamples) else list(examples)])
         self.examples = self.draws[0]
+        self._lengths: dict[int, np.ndarray] = {}
         if word_ids is not None and len(self.draws) > 1:
             raise ValueError("NspDataset: word_ids belong to one set of examples; pass one draw "
                              "of pairs with them, not PairDraws")
@@ -129,6 +131,16 @@ class NspDataset(Dataset):
     def pair_draws(self) -> int:
         """Return how many cuts of the corpus into pairs the epochs cycle through."""
         return len(self.draws)
+
+    def lengths(self) -> np.ndarray:
+        """Return the token count of every example of the current draw (from the shards' offsets,
+        without reading their tokens); computed once per draw."""
+        draw = self.epoch % len(self.draws)
+        if draw not in self._lengths:
+            examples = self.draws[draw]
+            self._lengths[draw] = (examples.lengths() if isinstance(examples, ShardExamples) else
+                                   np.array([len(e.input_ids) for e in examples], dtype=np.int64))
+        return self._lengths[draw]
 
     def row_seed(self, index: int) -> int:
         """Return the masking seed of example `index` in the current epoch."""
@@ -342,6 +354,62 @@ class ShardedEpochSampler(DistributedSampler):
         return iter(order[self.rank : self.total_size : self.num_replicas])
 
 
+class LengthGroupedBatchSampler(Sampler[list[int]]):
+    """Yields batches of pairs of similar length, in an order fixed by (seed, epoch).
+
+    Each epoch takes `EpochShuffleSampler`'s order, cuts it into groups of `group_batches`
+    global batches, sorts each group by length (longest first), cuts it into batches and
+    shuffles the batches. A batch then pads only to its own longest pair, and most batches of
+    full-length pairs have no padding at all, so attention runs with no mask, the form in which
+    its flash kernel may run. Sorting within groups, not over the whole epoch, keeps each batch
+    a random draw of the corpus rather than one slice of the length range.
+
+    `world` > 1 (DDP): global batches of `batch_size * world`, of which rank `rank` takes
+    positions rank, rank + world, ...; so N processes see one process's global batches. The
+    epoch's order is filled up to a multiple of `world` from its start, as `DistributedSampler`
+    does, so every rank gets as many examples. `dataset` is an `NspDataset` (the current
+    draw's lengths are read at each epoch).
+    """
+
+    def __init__(self, dataset: NspDataset, batch_size: int, *, seed: int = 0,
+                 group_batches: int = 8, world: int = 1, rank: int = 0) -> None:
+        if isinstance(group_batches, bool) or not isinstance(group_batches, int) or (
+                group_batches < 1):
+            raise ValueError(f"group_by_length={group_batches!r}; pass how many batches are "
+                             f"sorted by length together (8 is a good start), or None")
+        self.dataset, self.batch_size, self.seed = dataset, batch_size, seed
+        self.group_batches, self.world, self.rank, self.epoch = group_batches, world, rank, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def global_batches(self) -> list[list[int]]:
+        """Return this epoch's global batches (example indices), in the order they are used."""
+        single = EpochShuffleSampler(len(self.dataset), self.seed)
+        single.set_epoch(self.epoch)
+        order = list(single)
+        order += order[: -len(order) % self.world]  # up to a multiple of the ranks
+        lengths = self.dataset.lengths()
+        size = self.batch_size * self.world
+        group = size * self.group_batches
+        batches = []
+        for start in range(0, len(order), group):
+            chunk = sorted(order[start:start + group], key=lambda i: -lengths[i])  # stable
+            batches += [chunk[b:b + size] for b in range(0, len(chunk), size)]
+        g = torch.Generator().manual_seed(int(example_seed(self.seed, self.epoch, 1)))
+        return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.global_batches():
+            yield batch[self.rank::self.world]
+
+    def __len__(self) -> int:
+        n = len(self.dataset) + (-len(self.dataset) % self.world)
+        size = self.batch_size * self.world
+        groups, rest = divmod(n, size * self.group_batches)
+        return groups * self.group_batches + math.ceil(rest / size)
+
+
 class EpochLoader(DataLoader):
     """A DataLoader whose passes move the epoch on: each `for batch in loader` is the next epoch.
 
@@ -400,6 +468,7 @@ def pretraining_loader(
     dupe_factor: int = 1,
     pair_draws: int | None = None,
     pad_to_multiple_of: int | None = None,
+    group_by_length: int | None = None,
     num_workers: int = 0,
     pin_memory: bool = False,
     sampler: Sampler | Callable[[Dataset], Sampler] | str | None = None,
@@ -435,6 +504,8 @@ def pretraining_loader(
     Order: `shuffle` uses a (seed, epoch) permutation; `sampler` replaces it: a Sampler, a
     function dataset -> Sampler, or "distributed" under torchrun for a `ShardedEpochSampler`
     (this rank's share of the same order, so N processes see one process's global batches).
+    `group_by_length=G` batches pairs of similar length (`LengthGroupedBatchSampler`, sorting G
+    batches at a time): less padding, and no mask at all on most batches of full-length pairs.
     Each pass over the loader moves to the next epoch; `loader.set_epoch(e)` chooses it (do
     that when resuming). `pin_memory=True` (on a GPU) lets the copy to the device overlap compute.
 
@@ -462,6 +533,15 @@ def pretraining_loader(
     collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
                                   pad_to_multiple_of=pad_to_multiple_of,
                                   return_word_ids=return_word_ids)
+    if group_by_length:
+        if not shuffle or drop_last or sampler not in (None, "distributed"):
+            raise ValueError("group_by_length orders the batches itself: it takes shuffle=True, "
+                             "drop_last=False and no sampler other than 'distributed'")
+        rank, world = rank_world() if sampler == "distributed" else (0, 1)
+        grouped = LengthGroupedBatchSampler(dataset, batch_size, seed=seed,
+                                            group_batches=group_by_length, world=world, rank=rank)
+        return EpochLoader(dataset, batch_sampler=grouped, collate_fn=collate,
+                           num_workers=num_workers, pin_memory=pin_memory, seed=seed)
     if sampler == "distributed":
         sampler = ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
     elif isinstance(sampler, str):

@@ -108,6 +108,8 @@ class TrainResult:
 def check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> None:
     """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step."""
     per_batch = getattr(loader, "batch_size", None)
+    if per_batch is None:  # a loader built on a batch sampler (batches grouped by length)
+        per_batch = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
     if per_batch is not None and per_batch * config.grad_accum * world != config.batch_size:
         raise ValueError(
             f"the loader gives batches of {per_batch}, but TrainConfig.batch_size="

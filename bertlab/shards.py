@@ -409,6 +409,12 @@ class ShardExamples(Sequence):
     def __len__(self) -> int:
         return int(self.starts[-1])
 
+    def lengths(self) -> np.ndarray:
+        """Return every example's token count, from the offsets alone (no token is read)."""
+        if not self.shards:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.diff(np.asarray(a["offsets"])) for a in self._open()])
+
     def _locate(self, index: int) -> tuple[dict[str, np.ndarray], int]:
         if not 0 <= index < len(self):
             raise IndexError(f"example {index} is out of range; the shards hold {len(self)}")

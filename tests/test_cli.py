@@ -114,6 +114,20 @@ def test_time_budget_flag(corpus, tmp_path, capsys):
     assert "stopped by max_minutes" in capsys.readouterr().out
 
 
+def test_pairs_drawn_afresh_and_batches_grouped_by_length_from_the_command_line(corpus, tmp_path,
+                                                                                capsys):
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
+                 *SMALL, "--pair-draws", "2", "--group-by-length", "4"]) == 0
+    assert "done: 4 steps" in capsys.readouterr().out
+    args = json.loads((run / "run.json").read_text())["args"]
+    assert args["pair_draws"] == 2 and args["group_by_length"] == 4
+    # A resume with other draws is another dataset: refused by its digest.
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "6",
+                 *SMALL, "--pair-draws", "3", "--group-by-length", "4", "--resume"]) == 2
+    assert "digest" in capsys.readouterr().err
+
+
 def test_mlm_only_pretraining_and_evaluation_only_at_the_ends(corpus, tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "4",
@@ -148,6 +162,8 @@ def test_one_sentence_documents_train_masked_lm_alone_as_single_segments(tmp_pat
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--batch-size", "7", "--grad-accum", "2"], "not divisible by grad_accum=2"),
     (["--schedule", "steps"], "schedule='steps' is not one of"),
+    (["--group-by-length", "0"], "--group-by-length 0: pass how many batches"),
+    (["--pair-draws", "0"], "pair_draws=0; pass a whole number >= 1"),
 ])
 def test_bad_pretrain_settings_exit_with_a_clear_message(corpus, tmp_path, capsys, extra, message):
     code = main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
