@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from bertlab.device import rank_world
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
@@ -533,27 +533,46 @@ def pretraining_loader(
     collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
                                   pad_to_multiple_of=pad_to_multiple_of,
                                   return_word_ids=return_word_ids)
+    loading = dict(collate_fn=collate, num_workers=num_workers, pin_memory=pin_memory, seed=seed)
     if group_by_length:
-        if not shuffle or drop_last or sampler not in (None, "distributed"):
-            raise ValueError("group_by_length orders the batches itself: it takes shuffle=True, "
-                             "drop_last=False and no sampler other than 'distributed'")
-        rank, world = rank_world() if sampler == "distributed" else (0, 1)
-        grouped = LengthGroupedBatchSampler(dataset, batch_size, seed=seed,
-                                            group_batches=group_by_length, world=world, rank=rank)
-        return EpochLoader(dataset, batch_sampler=grouped, collate_fn=collate,
-                           num_workers=num_workers, pin_memory=pin_memory, seed=seed)
+        return EpochLoader(dataset, batch_sampler=_grouped_batches(
+            dataset, batch_size, seed, group_by_length, shuffle=shuffle, drop_last=drop_last,
+            sampler=sampler), **loading)
+    return EpochLoader(dataset, batch_size=batch_size, drop_last=drop_last, **loading,
+                       sampler=_sampler(dataset, sampler, shuffle=shuffle, seed=seed,
+                                        drop_last=drop_last))
+
+
+def _sampler(dataset: NspDataset, sampler: Sampler | Callable[[Dataset], Sampler] | str | None,
+             *, shuffle: bool, seed: int, drop_last: bool) -> Sampler | None:
+    """Return `pretraining_loader`'s sampler from its `sampler` argument (see there)."""
     if sampler == "distributed":
-        sampler = ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
-    elif isinstance(sampler, str):
+        return ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
+    if isinstance(sampler, str):
         raise ValueError(f"sampler={sampler!r}; pass a Sampler, a function, 'distributed' or None")
-    elif callable(sampler) and not isinstance(sampler, Sampler):
-        sampler = sampler(dataset)
-    elif sampler is None:
-        sampler = EpochShuffleSampler(dataset, seed) if shuffle else None
-    return EpochLoader(
-        dataset, batch_size=batch_size, sampler=sampler, collate_fn=collate,
-        num_workers=num_workers, pin_memory=pin_memory, drop_last=drop_last, seed=seed,
-    )
+    if callable(sampler) and not isinstance(sampler, Sampler):
+        return sampler(dataset)
+    if sampler is None:
+        return EpochShuffleSampler(dataset, seed) if shuffle else None
+    return sampler
+
+
+def _grouped_batches(dataset: NspDataset, batch_size: int, seed: int, group_by_length: int, *,
+                     shuffle: bool, drop_last: bool,
+                     sampler: object) -> LengthGroupedBatchSampler:
+    """Return `pretraining_loader`'s batch sampler for `group_by_length` (this process's share of
+    each global batch under torchrun, with `sampler="distributed"`)."""
+    if not shuffle or drop_last or sampler not in (None, "distributed"):
+        raise ValueError("group_by_length orders the batches itself: it takes shuffle=True, "
+                         "drop_last=False and no sampler other than 'distributed'")
+    rank, world = 0, 1
+    if sampler == "distributed":
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("sampler='distributed' needs the process group torchrun starts "
+                             "(bertlab.device.init_distributed); leave it out on one process")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    return LengthGroupedBatchSampler(dataset, batch_size, seed=seed,
+                                     group_batches=group_by_length, world=world, rank=rank)
 
 
 def _examples(
