@@ -41,7 +41,7 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks
 
 # Side-by-side speed and quality measurements (minutes each; never part of `make test`).
-BENCHES := tokenizer masking data train_step gpu_throughput
+BENCHES := tokenizer masking data train_step unpadding gpu_throughput
 bench: $(STAMP)
 	for b in $(BENCHES); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
 

@@ -13,13 +13,15 @@ costs), and base at 128 on `real` batches, BBC pairs from a `prepare`d shard fol
 padded to the length, so the row shows what padding costs (`padding_share`: the positions that
 hold padding), and `grouped` rows: the same pairs batched by length (`group_by_length`), which
 pads less and leaves most batches with no padding and so no attention mask. tokens_per_s
-counts real tokens (the median over timed steps of a step's real tokens over its time). A row spec ending in `:regional` compiles each
-encoder layer instead of the whole model (shorter compiles; is it as fast?).
+counts real tokens (the median over timed steps of a step's real tokens over its time). Options
+after the kind: `:regional` compiles each encoder layer instead of the whole model (shorter
+compiles; is it as fast?), `:unpad` runs bertlab's blocks on a padded batch's real tokens only
+(`TrainConfig.unpad`; transformers' side is unchanged), e.g. base:128:real:unpad.
 
 The record, benchmarks/results/gpu_throughput.json (rewritten after every row, so a run cut
 short keeps the rows it finished): `device` (the GPU's name), `torch`, `compile`,
 `matmul_peak_tflops` (this GPU's measured bf16 matmul peak) and `rows`, each with preset,
-seq_len, batch, batch_size, vocab_size, compile (whole, regional or none), padding_share,
+seq_len, batch, batch_size, vocab_size, compile (whole, regional or none), unpad, padding_share,
 tokens_per_s, mfu (against `--peak-tflops`, 989 for
 an H100/H200, with `bertlab.sizes.flops_per_token`), mfu_measured_peak,
 transformers_tokens_per_s and ratio_vs_transformers (bertlab / transformers).
@@ -99,15 +101,15 @@ def compiled(model, mode: str):
     return model
 
 
-def training_step(model, batches, device, precision, compile_mode):
+def training_step(model, batches, device, precision, compile_mode, unpad=False):
     """Return step(i): one training step on batch i (cycling over `batches`, CPU batches moved
     to the device here, before any timing), synchronised with the device when it returns.
 
     bertlab's model gets each batch as its training loop hands it over (`unpadded_inputs`: no
-    mask when there is no padding); transformers' gets the loader's batch, mask included, as
-    its Trainer would."""
+    mask when there is no padding, and with `unpad` a padded batch's real tokens); transformers'
+    gets the loader's batch, mask included, as its Trainer would."""
     if isinstance(model, BertForPreTraining):
-        batches = [unpadded_inputs(b) for b in batches]
+        batches = [unpadded_inputs(b, unpad=unpad) for b in batches]
     batches = [to_device(b, device) for b in batches]
     config = TrainConfig(lr=1e-4)
     model.to(device).train()
@@ -135,9 +137,10 @@ def training_step(model, batches, device, precision, compile_mode):
     return step
 
 
-def time_steps(model, batches, device, precision, compile_mode, warmup, steps) -> list[float]:
+def time_steps(model, batches, device, precision, compile_mode, warmup, steps,
+               unpad=False) -> list[float]:
     """Return the seconds of `steps` training steps after `warmup` (compilation) steps."""
-    step = training_step(model, batches, device, precision, compile_mode)
+    step = training_step(model, batches, device, precision, compile_mode, unpad)
     times = []
     for i in range(warmup + steps):
         if device.type == "cuda":
@@ -157,7 +160,8 @@ def profile_row(args, spec: str, device: torch.device, precision: str, top: int 
     batches, config, batch_size, _ = row_inputs(args, spec)
     model = BertForPreTraining(config)
     with fast_math(device, compile=not args.no_compile):
-        step = training_step(model, batches, device, precision, compile_mode(args, spec))
+        step = training_step(model, batches, device, precision, compile_mode(args, spec),
+                             row_options(spec)["unpad"])
         for i in range(args.warmup):
             step(i)
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
@@ -178,7 +182,8 @@ def profile_row(args, spec: str, device: torch.device, precision: str, top: int 
             "time": "device (GPU kernels)" if on_gpu else "CPU operators", "top": kernels}
 
 
-ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "base:128:real")
+ROWS = ("tiny:128:full", "mini:128:full", "base:128:full", "base:512:full", "base:128:real",
+        "base:128:real:unpad")
 BATCH_SIZES = {("tiny", 128): 1024, ("mini", 128): 512, ("base", 128): 256, ("base", 512): 64}
 
 
@@ -201,17 +206,30 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, groupe
     return batches[:count], tok.get_vocab_size()
 
 
+OPTIONS = ("regional", "unpad")
+
+
+def row_options(spec: str) -> dict[str, bool]:
+    """Return which options a row spec `preset:seq_len:kind[:option...]` names."""
+    preset, seq_len, kind, *options = spec.split(":")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown or kind not in ("full", "real", "grouped") or not seq_len.isdigit():
+        raise SystemExit(f"gpu_throughput: row {spec!r} is not preset:seq_len:full|real|grouped "
+                         f"with options from {', '.join(OPTIONS)} (e.g. base:128:real:unpad)")
+    return {name: name in options for name in OPTIONS}
+
+
 def compile_mode(args, spec: str) -> str:
-    """Return how a row is compiled: "none" with --no-compile, "regional" for a row spec ending in
-    ":regional", else "whole"."""
+    """Return how a row is compiled: "none" with --no-compile, "regional" for a row spec with the
+    :regional option, else "whole"."""
     if args.no_compile:
         return "none"
-    return "regional" if spec.endswith(":regional") else "whole"
+    return "regional" if row_options(spec)["regional"] else "whole"
 
 
 def row_inputs(args, spec: str):
     """Return (batches, model config, batch size, vocab size) of one row
-    `preset:seq_len:kind[:regional]`."""
+    `preset:seq_len:kind[:option...]`."""
     preset, seq_len, kind = spec.split(":")[:3]
     seq_len = int(seq_len)
     batch_size = args.batch_size or BATCH_SIZES.get((preset, seq_len), 64)
@@ -237,13 +255,14 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
     batches, config, batch_size, vocab = row_inputs(args, spec)
     tokens = [int(b["attention_mask"].sum()) for b in batches]  # real tokens, per batch
     padding = 1 - sum(tokens) / sum(b["input_ids"].numel() for b in batches)  # computed for nothing
-    mode = compile_mode(args, spec)
+    mode, unpad = compile_mode(args, spec), row_options(spec)["unpad"]
     flops = flops_per_token(config, seq_len, mlm_fraction=0.15)
     rates = {}
     for name in ("bertlab", "transformers")[: 1 if args.no_reference else 2]:
         model = BertForPreTraining(config) if name == "bertlab" else hf_model(config)
         with fast_math(device, compile=not args.no_compile):
-            times = time_steps(model, batches, device, precision, mode, args.warmup, args.steps)
+            times = time_steps(model, batches, device, precision, mode, args.warmup, args.steps,
+                               unpad=unpad and name == "bertlab")
         # Each timed step's real tokens over its time (batches of a grouped row differ in size).
         rates[name] = statistics.median(tokens[(args.warmup + i) % len(batches)] / t
                                         for i, t in enumerate(times))
@@ -255,7 +274,7 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
     on_gpu = device.type == "cuda"
     reference = rates.get("transformers")
     return {"preset": preset, "seq_len": seq_len, "batch": kind, "batch_size": batch_size,
-            "vocab_size": vocab, "compile": mode, "padding_share": padding,
+            "vocab_size": vocab, "compile": mode, "unpad": unpad, "padding_share": padding,
             "tokens_per_s": rates["bertlab"],
             "mfu": flops * rates["bertlab"] / (args.peak_tflops * 1e12) if on_gpu else None,
             "mfu_measured_peak": flops * rates["bertlab"] / args.matmul_peak if on_gpu else None,
@@ -266,8 +285,9 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", nargs="*", default=list(ROWS),
-                        help="preset:seq_len:full|real|grouped, with :regional to compile each encoder "
-                             "layer instead of the whole model (none: only --profile)")
+                        help="preset:seq_len:full|real|grouped, then options: :regional compiles "
+                             "each encoder layer instead of the whole model, :unpad skips the "
+                             "padding in bertlab's blocks (none: only --profile)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="one batch size for every row (default: 1024 tiny, 512 mini, 256 "
                              "base at 128, 64 base at 512)")
@@ -291,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="the JSON to write (default: on a "
                         "GPU, benchmarks/results/gpu_throughput.json; on a CPU, a temp folder)")
     args = parser.parse_args(argv)
+    for spec in [*args.rows, *([args.profile] if args.profile else [])]:
+        row_options(spec)  # a mistyped row stops here, not after minutes of measuring
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_throughput: no CUDA GPU here, nothing measured. This benchmark times bf16 + "

@@ -65,6 +65,8 @@ class TrainConfig:
     device: str = _setting("auto", "auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N or mps")
     precision: str = _setting("auto", "auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16")
     compile: bool | None = _setting(None, "torch.compile the model (None: on for CUDA)")
+    unpad: bool = _setting(False, "pretraining: run each block's projections and feed-forward "
+                                  "on a padded batch's real tokens only (same loss, less work)")
     seed: int = _setting(0, "seed of the dropout stream (data order and masks use the "
                             "loader's seed)")
     log_interval: int = _setting(10, "steps between progress updates (0: none)")

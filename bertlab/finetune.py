@@ -191,6 +191,9 @@ def finetune_classifier(
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
     if isinstance(config, TrainConfig):  # the loop's settings as given; inputs as the defaults
+        if config.unpad:
+            raise ValueError("finetune: TrainConfig.unpad=True is a pretraining setting; the "
+                             "classifier runs padded batches as they are; pass unpad=False")
         config, train_config = FinetuneConfig(seed=config.seed), config
     else:
         config, train_config = config or FinetuneConfig(), None

@@ -139,6 +139,56 @@ class PreTrainingOutput:
 
 
 # ---------------------------------------------------------------------------------------------
+# Unpadding
+
+
+@dataclass
+class Unpadded:
+    """Where the real tokens of a padded (B, T) batch sit, for blocks that skip the padding.
+
+    The projections, the feed-forward and the LayerNorms work token by token, so they run on the
+    N real tokens alone, as a flat (N, d) tensor; only attention needs the (B, T) layout, and
+    `pad` puts the tokens back in place for it (zeros at padding, which the key mask hides).
+    Built by `BertModel.forward` from its `real_tokens` argument.
+    """
+
+    batch: int
+    seq_len: int
+    tokens: torch.Tensor  # (N,) flat indices into the B*T positions of the real tokens, in order
+    slot: torch.Tensor  # (B*T,) each position's row among the N (a padding position: a neighbour's)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """Return the flat rows back in their places, (N, k) -> (B, T, k), zeros at padding."""
+        padded = x.new_zeros(self.batch * self.seq_len, x.shape[-1])
+        return padded.index_copy(0, self.tokens, x).view(self.batch, self.seq_len, -1)
+
+
+def real_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Return the flat positions (into B*T, row-major) where `attention_mask` is 1: the
+    `real_tokens` that `BertModel` unpads with. Its length depends on the data, so compute it
+    where that costs nothing: on the CPU batch, before it moves to the device."""
+    return attention_mask.flatten().nonzero().squeeze(1)
+
+
+def _unpadded(attention_mask: torch.Tensor | None, real_tokens: torch.Tensor) -> Unpadded:
+    if attention_mask is None:
+        raise ValueError("real_tokens= needs the attention_mask it was computed from: attention "
+                         "still masks the padding keys")
+    if not torch.compiler.is_compiling() and not torch.equal(
+            real_tokens.to(attention_mask.device), real_token_positions(attention_mask)):
+        raise ValueError("real_tokens does not list the positions where attention_mask is 1 (in "
+                         "row-major order); compute it with bertlab.model.real_token_positions("
+                         "attention_mask)")
+    if not torch.compiler.is_compiling() and not bool(attention_mask[:, 0].all()):
+        raise ValueError("real_tokens= needs every sequence to start with a real token ([CLS] at "
+                         "position 0, padding at the end), as bertlab's loaders build them")
+    B, T = attention_mask.shape
+    # Each position's row among the real tokens: its count of real tokens so far, minus one.
+    slot = (attention_mask.flatten().long().cumsum(0) - 1).clamp(min=0)
+    return Unpadded(B, T, real_tokens, slot)
+
+
+# ---------------------------------------------------------------------------------------------
 # Modules
 
 
@@ -200,13 +250,17 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_dropout
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
-                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                rows: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T).
 
         With `rows` (flat indices into the B*T tokens) only those rows are projected: (R, d).
+        With `unpadded`, `x` is the real tokens only, (N, d), and so is the output.
         """
-        B, T, d = x.shape
-        qkv = self.qkv(x)  # (B, T, d) -> (B, T, 3d)
+        qkv = self.qkv(x)  # (B, T, d) -> (B, T, 3d), or unpadded (N, d) -> (N, 3d)
+        if unpadded is not None:
+            qkv = unpadded.pad(qkv)  # (N, 3d) -> (B, T, 3d): attention needs the layout
+        B, T, d = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
         qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)  # -> (B, T, 3, h, d/h)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # -> 3 x (B, h, T, d/h)
         dropout_p = self.dropout_p if self.training else 0.0
@@ -222,6 +276,8 @@ class SelfAttention(nn.Module):
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask,
                                                      dropout_p=dropout_p)  # -> (B, h, T, d/h)
         context = context.transpose(1, 2).reshape(B, T, d)  # (B, h, T, d/h) -> (B, T, d)
+        if rows is None and unpadded is not None:
+            rows = unpadded.tokens  # back to the real tokens: (B*T, d) -> (N, d)
         if rows is not None:
             context = context.flatten(0, 1).index_select(0, rows)  # (B*T, d) -> (R, d)
         return self.out(context), probs
@@ -244,15 +300,19 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
-                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                rows: torch.Tensor | None = None,
+                unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return the block's output (B, T, d) and the attention probabilities if asked.
 
         With `rows` (flat indices into the B*T tokens) every token is still attended to, but
         only those rows go on through the projection and the feed-forward: output (R, d).
+        With `unpadded`, `x` is the real tokens only, (N, d), and so is the output.
         """
-        attended, probs = self.attention(x, key_mask, output_attentions, rows)
-        if rows is not None:
+        attended, probs = self.attention(x, key_mask, output_attentions, rows, unpadded)
+        if rows is not None and unpadded is None:
             x = x.flatten(0, 1).index_select(0, rows)  # (B, T, d) -> (R, d)
+        elif rows is not None:
+            x = x.index_select(0, unpadded.slot[rows])  # (N, d) -> (R, d)
         x = self.attention_norm(x + self.dropout(attended))
         h = F.gelu(self.ffn_in(x))  # (..., d) -> (..., 4d), exact erf GELU
         x = self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (..., 4d) -> (..., d)
@@ -311,14 +371,17 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False,
-                positions: torch.Tensor | None = None) -> EncoderOutput:
+                output_attentions: bool = False, positions: torch.Tensor | None = None,
+                real_tokens: torch.Tensor | None = None) -> EncoderOutput:
         """Return an `EncoderOutput`: last_hidden_state (B, T, d), pooler_output (B, d), extras.
 
         `attention_mask` is 1 for real tokens and 0 for padding (keys at padding are ignored).
         `positions` (flat indices into the B*T tokens) asks for the final vectors of those
         tokens only: last_hidden_state is then (len(positions), d), and the last block skips
         its projection and feed-forward everywhere else (same numbers, less work).
+        `real_tokens` (`real_token_positions(attention_mask)`) unpads: every block's
+        projections and feed-forward run on the real tokens only, not on the padding (same
+        numbers at real tokens; the states returned hold zeros at padding).
         """
         _check_inputs(input_ids, self.config, attention_mask=attention_mask,
                       token_type_ids=token_type_ids)
@@ -327,19 +390,24 @@ class BertModel(nn.Module):
                              "full states need the last block at every position")
         B, T = input_ids.shape
         key_mask = _key_mask(attention_mask)
+        unpadded = None if real_tokens is None else _unpadded(attention_mask, real_tokens)
         rows = None
         if positions is not None:  # the [CLS] rows first (for the pooler), then the asked ones
             rows = torch.cat([torch.arange(B, device=input_ids.device) * T, positions])
         x = self.embeddings(input_ids, token_type_ids)  # (B, T) -> (B, T, d)
         hidden_states = [x] if output_hidden_states else None
+        if unpadded is not None:
+            x = x.flatten(0, 1).index_select(0, unpadded.tokens)  # (B, T, d) -> (N, d)
         attentions = [] if output_attentions else None
         for i, layer in enumerate(self.layers):
             last = i == len(self.layers) - 1
-            x, probs = layer(x, key_mask, output_attentions, rows if last else None)
+            x, probs = layer(x, key_mask, output_attentions, rows if last else None, unpadded)
             if output_hidden_states:
-                hidden_states.append(x)
+                hidden_states.append(x if unpadded is None else unpadded.pad(x))
             if output_attentions:
                 attentions.append(probs)
+        if unpadded is not None and rows is None:
+            x = unpadded.pad(x)  # (N, d) -> (B, T, d), zeros at padding
         if rows is None:
             cls, x = x[:, 0], x  # (B, T, d) -> (B, d)
         else:
@@ -440,7 +508,7 @@ class BertForPreTraining(nn.Module):
                 next_sentence_label: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False,
                 full_mlm_logits: bool = False, mlm_capacity: int | None = None,
-                ) -> PreTrainingOutput:
+                real_tokens: torch.Tensor | None = None) -> PreTrainingOutput:
         """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
 
         With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the labelled
@@ -450,7 +518,8 @@ class BertForPreTraining(nn.Module):
         `loss` = mlm_loss + nsp_loss, or whichever of the two has labels. `mlm_capacity` fixes
         the head's rows (shapes that do not depend on the data, for torch.compile): the targets
         first, then unlabelled positions that add nothing to the loss; it must be at least the
-        number of targets (`bertlab.pretraining.mlm_capacity` picks it).
+        number of targets (`bertlab.pretraining.mlm_capacity` picks it). `real_tokens` unpads
+        the encoder (`BertModel.forward`): the same loss with less work on a padded batch.
         """
         _check_inputs(input_ids, self.config, labels=labels)
         if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
@@ -465,7 +534,8 @@ class BertForPreTraining(nn.Module):
             positions = None if output_hidden_states else where
         encoded = self.bert(input_ids, attention_mask, token_type_ids,
                             output_hidden_states=output_hidden_states,
-                            output_attentions=output_attentions, positions=positions)
+                            output_attentions=output_attentions, positions=positions,
+                            real_tokens=real_tokens)
         h = encoded.last_hidden_state  # (B, T, d), or (N, d) when positions were given
 
         if not sparse:

@@ -23,7 +23,7 @@ from torch import nn
 
 from bertlab.device import autocast_context, resolve_compile, resolve_device, to_device
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
-from bertlab.model import BertForPreTraining, loss_counts
+from bertlab.model import BertForPreTraining, loss_counts, real_token_positions
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
@@ -98,27 +98,32 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     return loss
 
 
-def unpadded_inputs(batch: Batch) -> Batch:
+def unpadded_inputs(batch: Batch, unpad: bool = False) -> Batch:
     """Return the batch without `attention_mask` when it has no padding (a CPU check, no device
     sync): attention then runs with no mask at all, which lets `scaled_dot_product_attention`
-    pick its fastest (flash) kernel; the numbers are the same. A padded batch keeps its mask."""
+    pick its fastest (flash) kernel; the numbers are the same. A padded batch keeps its mask
+    and, with `unpad`, gets `real_tokens` (`bertlab.model.real_token_positions`, found here on
+    the CPU): the model then skips the padding everywhere but inside attention."""
     mask = batch.get("attention_mask")
-    if mask is None or mask.device.type != "cpu" or not bool(mask.all()):
+    if mask is None or mask.device.type != "cpu":
         return batch
-    return {k: v for k, v in batch.items() if k != "attention_mask"}
+    if bool(mask.all()):
+        return {k: v for k, v in batch.items() if k != "attention_mask"}
+    return {**batch, "real_tokens": real_token_positions(mask)} if unpad else batch
 
 
 def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
-                          target_share: float | None = None) -> Objective:
+                          target_share: float | None = None, unpad: bool = False) -> Objective:
     """Return the `Objective` the training loop runs for these pretraining objectives (with
-    `target_share`, for a compiled model: see `pretraining_loss`)."""
+    `target_share`, for a compiled model: see `pretraining_loss`; with `unpad`, padded batches
+    skip their padding: see `unpadded_inputs`)."""
     names = check_objectives(objectives)
     return Objective(loss=functools.partial(pretraining_loss, objectives=names,
                                             target_share=target_share),
                      counts=functools.partial(pretraining_counts, target_share=target_share),
                      name=",".join(names),
                      evaluate=functools.partial(evaluate, objectives=names),
-                     inputs=unpadded_inputs)
+                     inputs=functools.partial(unpadded_inputs, unpad=unpad))
 
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch],
@@ -143,7 +148,7 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
     masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
     compiled = resolve_compile(config.compile, resolve_device(config.device))
     share = target_share_bound(masking) if compiled and isinstance(masking, MaskingConfig) else None
-    objective = pretraining_objective(objectives, target_share=share)
+    objective = pretraining_objective(objectives, target_share=share, unpad=config.unpad)
     trained = {prefix for name in objective.name.split(",") for prefix in OBJECTIVES[name].trains}
     # Parameters only an objective outside this run trains (the pooler and the pair head, for
     # masked LM alone) get no gradient: they sit the run out (so DDP does not wait for their

@@ -22,7 +22,7 @@ from bertlab.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_throughput.py"
-ROW_FIELDS = {"preset", "seq_len", "batch", "batch_size", "vocab_size", "compile",
+ROW_FIELDS = {"preset", "seq_len", "batch", "batch_size", "vocab_size", "compile", "unpad",
               "padding_share", "tokens_per_s", "mfu",
               "mfu_measured_peak", "transformers_tokens_per_s", "ratio_vs_transformers"}
 
@@ -46,7 +46,7 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     before = record.read_bytes() if record.exists() else None
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--rows", "tiny:32:full", "tiny:32:real",
-         "--shards", str(shards), "--batch-size", "4", "--vocab-size", "500", "--warmup", "1",
+         "tiny:32:real:unpad", "--shards", str(shards), "--batch-size", "4", "--vocab-size", "500", "--warmup", "1",
          "--steps", "2", "--no-compile", "--profile", "tiny:32:full", "--profile-steps", "2"],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -56,7 +56,9 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     assert data["device"] == "cpu" and data["compile"] is False and data["matmul_peak_tflops"] > 0
     rows = data["rows"]
     assert [(r["preset"], r["seq_len"], r["batch"], r["batch_size"]) for r in rows] == [
-        ("tiny", 32, "full", 4), ("tiny", 32, "real", 4)]
+        ("tiny", 32, "full", 4), ("tiny", 32, "real", 4), ("tiny", 32, "real", 4)]
+    assert [r["unpad"] for r in rows] == [False, False, True]
+    assert rows[2]["padding_share"] == rows[1]["padding_share"]  # the same batches, unpadded
     assert all(set(r) == ROW_FIELDS for r in rows)
     shard_vocab = load_tokenizer(shards / "tokenizer.json").get_vocab_size()
     assert rows[0]["vocab_size"] == 500 and rows[1]["vocab_size"] == shard_vocab
@@ -80,13 +82,14 @@ def test_a_cpu_smoke_run_fills_the_record_and_writes_outside_the_results_folder(
     assert more.returncode == 0, more.stderr[-3000:]
     merged = json.loads(written.read_text())
     assert [(r["seq_len"], r["batch"]) for r in merged["rows"]] == [(32, "full"), (32, "real"),
-                                                                    (16, "full")]
-    assert merged["profile"] == profile and merged["rows"][2]["transformers_tokens_per_s"] is None
+                                                                    (32, "real"), (16, "full")]
+    assert merged["profile"] == profile and merged["rows"][3]["transformers_tokens_per_s"] is None
     # Each row says how it was compiled, and how much of a real batch is padding.
-    assert [r["compile"] for r in merged["rows"]] == ["none", "none", "regional"]
+    assert [r["compile"] for r in merged["rows"]] == ["none", "none", "none", "regional"]
     assert rows[0]["padding_share"] == 0 and 0 <= rows[1]["padding_share"] < 0.5
     assert (record.read_bytes() if record.exists() else None) == before
     lines = throughput_lines(merged)  # what notebook 05 prints from a record
-    assert lines[0].startswith("cpu, torch") and len(lines) == 1 + 3
-    assert "MFU n/a" in lines[1] and "x transformers" in lines[1] and "x transformers" not in lines[3]
+    assert lines[0].startswith("cpu, torch") and len(lines) == 1 + 4
+    assert "MFU n/a" in lines[1] and "x transformers" in lines[1] and "x transformers" not in lines[4]
+    assert "unpadded" in lines[3] and "unpadded" not in lines[2]
     assert "No GPU throughput record yet" in throughput_lines(None)[0]

@@ -37,7 +37,8 @@ def test_the_session_runs_phase_by_phase_and_packs_what_comes_back(tmp_path):
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", p.name) and p.stat().st_size < 16 * 2**20
                for p in files)
     record = json.loads((out / "gpu_throughput.json").read_text())
-    assert [r["batch"] for r in record["rows"]] == ["full", "real", "grouped", "full"]
+    assert [r["batch"] for r in record["rows"]] == ["full", "real", "grouped", "real", "full"]
+    assert [r["unpad"] for r in record["rows"]] == [False, False, False, True, False]
     assert record["profile"]["top"]
     for name in ("mlm-nsp-seed0", "mlm-seed0"):
         with tarfile.open(out / f"{name}.tgz") as tar:

@@ -61,7 +61,8 @@ def throughput_lines(record: dict[str, Any] | None) -> list[str]:
              f"measured bf16 matmul peak {record['matmul_peak_tflops']:.0f} TFLOP/s"]
     for r in record["rows"]:
         ratio = r.get("ratio_vs_transformers")
-        lines.append(f"{r['preset']:>5} @ {r['seq_len']:>3} ({r['batch']}, batch "
+        unpadded = ", unpadded" if r.get("unpad") else ""
+        lines.append(f"{r['preset']:>5} @ {r['seq_len']:>3} ({r['batch']}{unpadded}, batch "
                      f"{r['batch_size']}, compile {r.get('compile', 'whole')}): "
                      f"{r['tokens_per_s']:>12,.0f} tokens/s, MFU {_share(r['mfu'])} "
                      f"({_share(r['mfu_measured_peak'])} of the measured peak)"
