@@ -23,14 +23,19 @@ phase that runs out of time costs nothing earlier:
 Then each run folder is packed into its own archive under $OUT (each well under 16 MiB).
 The inductor cache lives in .cache/inductor (ignored), so the full call reuses the smoke's.
 
-Back here: unpack the run archives into runs/gpu-twins, copy gpu_throughput.json to
-benchmarks/results/, then `python benchmarks/gpu_pretrain.py score --runs runs/gpu-twins`.
+Back here, with the folder the full call's $OUT came back to:
+
+    python tools/gpu_session.py receive --from FOLDER     # runs/gpu-twins + gpu_throughput.json
+    python benchmarks/gpu_pretrain.py score --runs runs/gpu-twins      # what the twins learned
+
+`receive` refuses a record or a run made on the CPU, and a runs folder that already holds runs.
 `--device cpu` walks the same phases on the CPU with tiny sizes (a check of the commands only).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -74,9 +79,73 @@ def pack_runs(runs: Path, out: Path) -> None:
                 tar.add(f, arcname=f.name)
 
 
+def receive(came_back: Path, runs: Path, results: Path) -> int:
+    """Unpack what the full call returned: each run archive into `runs` (summary.json and its
+    model, with train.json and the logs beside them, as gpu_pretrain.py score reads them) and
+    gpu_throughput.json into `results`. Refuses, writing nothing, a CPU walk's files (they are no
+    GPU result) and a `runs` folder that already holds runs (an earlier session's twins)."""
+    from bertlab.util import atomic_write_bytes  # here, not on the GPU machine: bertlab is local
+    record_path = came_back / "gpu_throughput.json"
+    archives = sorted(came_back.glob("*.tgz"))
+    if not record_path.is_file() and not archives:
+        print(f"gpu_session receive: {came_back} holds neither gpu_throughput.json nor run "
+              f"archives (*.tgz); pass the folder the full call's $OUT came back to")
+        return 2
+    log = came_back / "full.log"
+    phases = [line for line in (log.read_text(errors="replace").splitlines()
+                                if log.is_file() else []) if line.startswith("phases: ")]
+    print(phases[-1] if phases else f"no 'phases:' line in {log}: the full call may have been cut")
+    devices = []
+    if record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text())
+        except json.JSONDecodeError as e:
+            print(f"gpu_session receive: {record_path} is not whole JSON ({e}): it was cut on "
+                  f"its way back; nothing was written. Fetch the files again")
+            return 2
+        devices.append((record_path.name, str(record.get("device", "cpu"))))
+    for archive in archives:
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() \
+                        or ".." in Path(member.name).parts:
+                    print(f"gpu_session receive: {archive} holds {member.name!r}, which is not a "
+                          f"plain file inside its run folder; nothing was written")
+                    return 2
+                if member.name.endswith("summary.json"):
+                    summary = json.load(tar.extractfile(member))
+                    devices.append((f"{archive.name}:{member.name}", str(summary["device"])))
+    on_cpu = [name for name, device in devices if device.lower() == "cpu"]
+    if on_cpu:
+        print(f"gpu_session receive: {', '.join(on_cpu)} came from a CPU walk (device 'cpu'), "
+              f"not a GPU; nothing was written. Receive the files of a GPU session's full call")
+        return 2
+    if archives and runs.is_dir() and any(runs.iterdir()):
+        print(f"gpu_session receive: {runs} already holds runs; nothing was written. Move it "
+              f"aside (or pass --runs NEW_FOLDER), then receive again")
+        return 2
+    for archive in archives:
+        with tarfile.open(archive) as tar:  # checked above: plain files inside `runs`
+            tar.extractall(runs, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        print(f"unpacked {archive.name} into {runs}")
+    if record_path.is_file():
+        results.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(results / record_path.name, record_path.read_bytes())
+        print(f"copied {record_path.name} ({devices[0][1]}) into {results}")
+    if archives:
+        print(f"next: python benchmarks/gpu_pretrain.py score --runs {runs}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("call", choices=("smoke", "full"))
+    p.add_argument("call", choices=("smoke", "full", "receive"))
+    p.add_argument("--from", dest="came_back", type=Path,
+                   help="receive: the folder the full call's $OUT came back to")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "gpu-twins",
+                   help="receive: where the twins' run folders go")
+    p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
+                   help="receive: where gpu_throughput.json goes")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/gpu-session")))
     p.add_argument("--twin-steps", type=int, default=3000,
                    help="every twin's step budget (set it from the smoke call's tokens/s)")
@@ -86,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=ROOT / "data",
                    help="the folder holding bbc_shards and bbc_shards64 (make gpu-data)")
     args = p.parse_args(argv)
+    if args.call == "receive":
+        if args.came_back is None:
+            p.error("receive needs --from FOLDER (where the full call's $OUT came back to)")
+        return receive(args.came_back, args.runs, args.results)
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / ".cache" / "inductor"))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -136,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     results["4 profile"] = phase("phase 4: profile", [*throughput, "--append", "--rows",
                                                       "--profile", profiled, "--no-reference"],
                                  40, log)
-    print("phases: " + ", ".join(f"{k} {'done' if v else 'NOT finished'}"
-                                 for k, v in results.items()))
+    verdict = "phases: " + ", ".join(f"{k} {'done' if v else 'NOT finished'}"
+                                     for k, v in results.items())
+    print(verdict)
+    with open(log, "a") as out:  # and in the log that comes back, for `receive` to read
+        out.write(verdict + "\n")
     return 0 if all(results.values()) else 1
 
 
