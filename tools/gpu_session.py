@@ -84,7 +84,9 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
     model, with train.json and the logs beside them, as gpu_pretrain.py score reads them) and
     gpu_throughput.json into `results`. Refuses, writing nothing, a CPU walk's files (they are no
     GPU result) and a `runs` folder that already holds runs (an earlier session's twins)."""
-    from bertlab.util import atomic_write_bytes  # here, not on the GPU machine: bertlab is local
+    # Imported here, not at the top: the GPU machine runs this script without bertlab installed.
+    from bertlab.course.gpu_records import made_on_cpu
+    from bertlab.util import atomic_write_bytes
     record_path = came_back / "gpu_throughput.json"
     archives = sorted(came_back.glob("*.tgz"))
     if not record_path.is_file() and not archives:
@@ -95,7 +97,7 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
     phases = [line for line in (log.read_text(errors="replace").splitlines()
                                 if log.is_file() else []) if line.startswith("phases: ")]
     print(phases[-1] if phases else f"no 'phases:' line in {log}: the full call may have been cut")
-    devices = []
+    sources = []
     if record_path.is_file():
         try:
             record = json.loads(record_path.read_text())
@@ -103,7 +105,7 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
             print(f"gpu_session receive: {record_path} is not whole JSON ({e}): it was cut on "
                   f"its way back; nothing was written. Fetch the files again")
             return 2
-        devices.append((record_path.name, str(record.get("device", "cpu"))))
+        sources.append((record_path.name, record))
     for archive in archives:
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
@@ -113,9 +115,9 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
                           f"plain file inside its run folder; nothing was written")
                     return 2
                 if member.name.endswith("summary.json"):
-                    summary = json.load(tar.extractfile(member))
-                    devices.append((f"{archive.name}:{member.name}", str(summary["device"])))
-    on_cpu = [name for name, device in devices if device.lower() == "cpu"]
+                    sources.append((f"{archive.name}:{member.name}",
+                                    json.load(tar.extractfile(member))))
+    on_cpu = [name for name, made in sources if made_on_cpu(made)]
     if on_cpu:
         print(f"gpu_session receive: {', '.join(on_cpu)} came from a CPU walk (device 'cpu'), "
               f"not a GPU; nothing was written. Receive the files of a GPU session's full call")
@@ -131,7 +133,7 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
     if record_path.is_file():
         results.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(results / record_path.name, record_path.read_bytes())
-        print(f"copied {record_path.name} ({devices[0][1]}) into {results}")
+        print(f"copied {record_path.name} ({sources[0][1]['device']}) into {results}")
     if archives:
         print(f"next: python benchmarks/gpu_pretrain.py score --runs {runs}")
     return 0

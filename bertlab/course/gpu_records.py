@@ -31,6 +31,12 @@ class GpuRecords:
     pretrain: dict[str, Any] | None
 
 
+def made_on_cpu(record: dict[str, Any]) -> bool:
+    """Whether a record (or a run's summary) says it was made on the CPU: a smoke run, no GPU
+    result. A record that names no device counts as one."""
+    return str(record.get("device", "cpu")).lower() == "cpu"
+
+
 def load_gpu_records(root: str | Path = "..") -> GpuRecords:
     """Return the GPU records under `root`/benchmarks/results (the repository's root; ".." from
     notebooks/). A record whose device is the CPU is a ValueError: smoke runs are not results."""
@@ -39,7 +45,7 @@ def load_gpu_records(root: str | Path = "..") -> GpuRecords:
     for name in (THROUGHPUT, PRETRAIN):
         path = folder / name
         record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        if record is not None and str(record.get("device", "cpu")).lower() == "cpu":
+        if record is not None and made_on_cpu(record):
             raise ValueError(f"{path} was made on a CPU (a smoke run of the script), so it is not "
                              f"a GPU result; delete it ({HOW})")
         found[name] = record
