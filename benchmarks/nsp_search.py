@@ -122,8 +122,10 @@ def run_trial(name: str, spec: dict, seed: int, steps: int, run_dir: Path) -> di
                         for row in result.history]}
 
 
-def calibrate_trial(name: str, spec: dict, steps: int = 60) -> dict:
-    """Return the seconds per training step of `spec` on 1 thread, over `steps` steps."""
+def calibrate_trial(name: str, spec: dict, warmup: int = 20, timed: int = 60) -> dict:
+    """Return the seconds per training step of `spec` on 1 thread, once warm: the time of
+    `warmup + timed` steps less that of `warmup` steps (the first steps of a process, bf16's
+    above all, pay for kernel set-up)."""
     import torch
 
     torch.set_num_threads(1)
@@ -140,14 +142,17 @@ def calibrate_trial(name: str, spec: dict, steps: int = 60) -> dict:
     config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
                                   hidden_dropout=spec["dropout"],
                                   attention_dropout=spec["dropout"])
-    model = bl.BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
-    train_config = bl.TrainConfig(
-        max_steps=steps, batch_size=spec["batch"], lr=spec["lr"], optimizer=spec["optimizer"],
-        muon_lr=spec["muon_lr"], precision=spec["precision"], eval_interval=None,
-        checkpoint_interval=None, device="cpu", progress=False, log_interval=0)
-    load = load_average()
-    result = bl.pretrain(model, train, None, train_config, objectives=("mlm", "nsp"))
-    return {"trial": name, "s_per_step": result.elapsed_s / steps, "steps_timed": steps,
+    load, seconds = load_average(), []
+    for steps in (warmup, warmup + timed):
+        model = bl.BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
+        train_config = bl.TrainConfig(
+            max_steps=steps, batch_size=spec["batch"], lr=spec["lr"],
+            optimizer=spec["optimizer"], muon_lr=spec["muon_lr"], precision=spec["precision"],
+            eval_interval=None, checkpoint_interval=None, device="cpu", progress=False,
+            log_interval=0)
+        seconds.append(bl.pretrain(model, train, None, train_config,
+                                   objectives=("mlm", "nsp")).elapsed_s)
+    return {"trial": name, "s_per_step": (seconds[1] - seconds[0]) / timed, "steps_timed": timed,
             "load_average": [load, load_average()]}
 
 
