@@ -491,11 +491,6 @@ def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
     return chosen.objectives
 
 
-# What decides how a run learns: a resume that changed one would continue another run.
-_LEARNING = ("lr", "warmup_steps", "warmup_fraction", "schedule", "min_lr_ratio", "weight_decay",
-             "betas", "eps", "optimizer", "muon_lr", "grad_clip")
-
-
 def _read_run_json(path: Path) -> dict[str, Any]:
     """Return a run's run.json; a file that is not readable JSON is named in the error."""
     try:
@@ -504,21 +499,6 @@ def _read_run_json(path: Path) -> dict[str, Any]:
         raise ValueError(f"--resume: {path} is not valid JSON ({e}); the run's settings are "
                          f"lost, so it cannot be continued exactly: start a new run in another "
                          f"folder (nothing was written)") from None
-
-
-def _check_same_learning(run: dict[str, Any], s: _PretrainSettings, path: Path) -> None:
-    """Refuse a resume whose masking rate or learning settings differ from run.json's."""
-    saved = {**run.get("train", {}), "mlm_probability": run.get("mlm_probability")}
-    now = {**s.config.to_dict(), "mlm_probability": s.mlm_probability}
-    for key in (*_LEARNING, "mlm_probability"):
-        before, after = saved.get(key), now[key]
-        if isinstance(before, list):
-            before = tuple(before)
-        if key in saved and before is not None and before != after:
-            flag = "--" + key.replace("_", "-")
-            raise ValueError(f"--resume: the run was started with {flag} {before} ({path}), "
-                             f"this resume has {after}; an exact resume needs the same value: "
-                             f"pass {flag} {before}, or start a new run (nothing was written)")
 
 
 def _trains(objectives: tuple[str, ...]) -> str:
@@ -555,7 +535,6 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSett
         raise ValueError(f"--resume: the run in {out} was started with --recipe {started}, not "
                          f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
                          f"to continue it exactly (nothing was written)")
-    _check_same_learning(run, s, first)
     segments = run.get("args", {}).get("segments", "pairs")
     if run and segments != args.segments:
         raise ValueError(f"--resume: the run in {out} was started with --segments {segments}, "
@@ -563,8 +542,11 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSett
                          f"continue it exactly (nothing was written)")
     if args.resume:
         newest = latest_checkpoint(out)
-        check_resume(read_checkpoint_state(newest, verified=True), newest, s.config.batch_size,
-                     s.config.grad_accum, args.data_seed, None, objective=",".join(s.objectives))
+        masking = MaskingConfig(mlm_probability=s.mlm_probability)
+        check_resume(read_checkpoint_state(newest, verified=True), newest, s.config,
+                     {"objective": ",".join(s.objectives), "data_seed": args.data_seed,
+                      "masking": dataclasses.asdict(masking),
+                      "group_by_length": args.group_by_length or 0})
 
 
 def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, tok: Any,

@@ -45,6 +45,7 @@ from bertlab.resume import (
     restore_rng,
     resume_checkpoint,
     rng_state,
+    run_data,
 )
 from bertlab.util import atomic_write_json, atomic_write_text
 
@@ -142,10 +143,7 @@ class RunHooks:
         # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
         self.out = check_run_folder(out_dir, resume) if self.is_main else (
             None if out_dir is None else Path(out_dir))
-        dataset = getattr(train_loader, "dataset", None)
-        self.data = {"data_seed": getattr(train_loader, "seed", None),
-                     "train_examples": len(dataset) if hasattr(dataset, "__len__") else None,
-                     "train_digest": dataset.digest() if hasattr(dataset, "digest") else None}
+        self.data = run_data(train_loader)
         self.objective = objective.name
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loaders = (val_loader if isinstance(val_loader, dict) else
@@ -185,8 +183,8 @@ class RunHooks:
             (self.out / "checkpoints").mkdir(exist_ok=True)
         if self.resume:
             ckpt = resume_checkpoint(self.out, self.is_main, self.world)
-            check_resume(read_checkpoint_state(ckpt, verified=True), ckpt, self.config.batch_size,
-                         self.config.grad_accum, *self.data.values(), objective=self.objective)
+            check_resume(read_checkpoint_state(ckpt, verified=True), ckpt, self.config,
+                         {**self.data, "objective": self.objective})
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
             run = RunState(**{f.name: saved[f.name] for f in fields(RunState)})
             # The training loss and speed since the last history row go on where they stopped
@@ -205,9 +203,17 @@ class RunHooks:
         self.clock = time.perf_counter() - run.elapsed_s
         self.last_line = time.perf_counter()  # when log mode last printed a progress line
         self.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
-        if self.evaluate_fn is not None and self.is_main and run.step == 0:
+        if self.evaluate_fn is not None and self.is_main and self._row_missing(run):
             self.clock += self._evaluate(run)  # evaluating is not training time
         return run
+
+    def _row_missing(self, run: RunState) -> bool:
+        # Step 0 has a row, and so has every step a row was due at: a run stopped while that
+        # evaluation ran (Ctrl-C, SIGTERM) saved its checkpoint without it, so it is made now,
+        # from the same weights and window, as the uninterrupted run made it.
+        due = run.step == 0 or bool(self.config.eval_interval and
+                                    run.step % self.config.eval_interval == 0)
+        return due and not (run.history and run.history[-1]["step"] == run.step)
 
     def another_step(self, run: RunState) -> bool:
         """Return whether the budget (max_steps, max_minutes) allows another step; start its timer.

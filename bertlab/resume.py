@@ -23,6 +23,7 @@ import signal
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,32 +127,77 @@ def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
     return latest_checkpoint(out)
 
 
-def check_resume(saved: dict, checkpoint: Path, batch_size: int, grad_accum: int,
-                 data_seed: int | None, examples: int | None, digest: str | None = None,
-                 objective: str | None = None) -> None:
-    """Refuse a resume that would train on other batches, or another loss, than the run it
+# The TrainConfig settings that decide how a run learns: a resume that changed one would
+# continue another run. (The budget may move: a finished run can be given more steps.)
+LEARNING = ("batch_size", "grad_accum", "lr", "warmup_steps", "warmup_fraction", "schedule",
+            "min_lr_ratio", "weight_decay", "betas", "eps", "optimizer", "muon_lr", "grad_clip")
+# What a checkpoint records of the data (`run_data`): the words for it, and the fix to name.
+_DATA = {"objective": ("objective", "the same objectives (--objectives)"),
+         "data_seed": ("data seed", "the same data seed (--data-seed)"),
+         "train_examples": ("number of training examples", "the same corpus and --max-seq-len"),
+         "train_digest": ("training examples' digest",
+                          "the same corpus, tokenizer and --max-seq-len"),
+         "masking": ("masking", "the same masking (--mlm-probability)"),
+         "group_by_length": ("group_by_length", "the same --group-by-length (0: off)")}
+
+
+def run_data(train_loader: Iterable[Batch]) -> dict[str, Any]:
+    """Return what decides which batches a run sees, as a checkpoint records it.
+
+    The data seed, the number of training examples and their digest, the training masking
+    (`MaskingConfig`, as a dict) and the length grouping (0: off). A loader that is not
+    bertlab's gives None where it cannot say; None is never compared.
+    """
+    dataset = getattr(train_loader, "dataset", None)
+    masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
+    grouped = getattr(getattr(train_loader, "batch_sampler", None), "group_batches", None)
+    return {"data_seed": getattr(train_loader, "seed", None),
+            "train_examples": len(dataset) if hasattr(dataset, "__len__") else None,
+            "train_digest": dataset.digest() if hasattr(dataset, "digest") else None,
+            "masking": asdict(masking) if is_dataclass(masking) else None,
+            "group_by_length": (grouped or 0) if dataset is not None else None}
+
+
+def _shown(value: Any) -> Any:
+    # A setting as both sides are compared: JSON turns tuples into lists.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def check_resume(saved: dict, checkpoint: Path, config: Any, data: dict[str, Any]) -> None:
+    """Refuse a resume that would learn differently, or from other batches, than the run it
     continues.
 
-    What decides which examples each step sees: the global batch, its split into
-    micro-batches, the data seed and the training examples (their number, and a digest of
-    them: another corpus of the same size differs there); and the objective (e.g.
-    "mlm+nsp") decides what is learned from them. A ValueError names the setting and both values.
+    Compared with the checkpoint's own state (never with files beside it that a user may have
+    edited or deleted): every `LEARNING` setting of `config` (a TrainConfig) against the
+    checkpoint's train_config, and each entry of `data` (`run_data`'s keys, plus "objective",
+    e.g. "mlm,nsp") against what the checkpoint recorded. A value missing on either side (a
+    checkpoint written before it was recorded, a check made before the data is built) is not
+    compared. A ValueError names the setting, both values and the fix; nothing is written.
     """
-    train = saved.get("train_config") or {}
-    checks = [("objective", saved.get("objective") or None, objective or None,
-               "--objectives"),
-              ("batch_size", train.get("batch_size"), batch_size, "--batch-size"),
-              ("grad_accum", train.get("grad_accum"), grad_accum, "--grad-accum"),
-              ("data seed", saved.get("data_seed"), data_seed, "--data-seed"),
-              ("number of training examples", saved.get("train_examples"), examples,
-               "the same corpus and --max-seq-len"),
-              ("training examples' digest", saved.get("train_digest"), digest,
-               "the same corpus, tokenizer and --max-seq-len")]
-    for name, before, now, fix in checks:
-        if before is not None and now is not None and before != now:
-            raise ValueError(f"checkpoint {checkpoint} was trained with {name} {before}, this "
-                             f"resume has {now}; an exact resume needs the same value (use "
-                             f"{fix} as in the original run), or start a new run")
+    train, now = saved.get("train_config") or {}, config.to_dict()
+    for name in (n for n in LEARNING if n in train):
+        flag = "--" + name.replace("_", "-")
+        _same(checkpoint, name, _shown(train[name]), _shown(now[name]),
+              f"the same value (pass {flag} {_shown(train[name])}, or {name}= in TrainConfig)")
+    for name, (words, fix) in _DATA.items():
+        before, after = saved.get(name), data.get(name)
+        if before in (None, "") or after in (None, ""):
+            continue
+        if name == "masking":  # one setting at a time, so the message names the one that moved
+            for key in before:
+                hint = (f"--mlm-probability {before[key]}" if key == "mlm_probability" else
+                        f"MaskingConfig({key}={before[key]!r})")
+                _same(checkpoint, f"masking {key}", before[key], after.get(key),
+                      f"the same masking (pass {hint})")
+            continue
+        _same(checkpoint, words, before, after, f"{fix} as in the original run")
+
+
+def _same(checkpoint: Path, what: str, before: Any, after: Any, needs: str) -> None:
+    if before != after:
+        raise ValueError(f"checkpoint {checkpoint} was trained with {what} {before}, this resume "
+                         f"has {after}; an exact resume (--resume, resume=True) needs {needs}, "
+                         f"or start a new run in another folder (nothing was written)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import shutil
@@ -469,6 +470,15 @@ def test_loader_batch_must_fit_the_global_batch(tok, examples):
     ({"device": "gpu"}, "device='gpu'"),
     ({"betas": (0.9, 1.5)}, "betas"),
     ({"warmup_steps": 5000, "max_steps": 10}, "never leave warmup"),
+    ({"eps": float("inf")}, "eps must be a positive number, got inf; inf and NaN"),
+    ({"lr": float("inf")}, "lr must be a positive number, got inf"),
+    ({"max_minutes": float("inf")}, "max_minutes must be a positive number or None, got inf"),
+    ({"grad_clip": float("nan")}, "grad_clip must be a positive number or None, got nan"),
+    ({"weight_decay": float("nan")}, "weight_decay must be a number >= 0, got nan"),
+    ({"weight_decay": float("inf")}, "weight_decay must be a number >= 0, got inf"),
+    ({"weight_decay": -0.1}, "weight_decay must be a number >= 0, got -0.1"),
+    ({"muon_lr": float("inf")}, "muon_lr must be a positive number, got inf"),
+    ({"muon_lr": float("nan")}, "muon_lr must be a positive number, got nan"),
 ])
 def test_train_config_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -564,6 +574,104 @@ def test_the_first_history_row_after_a_resume_counts_every_step_since_the_last_r
                                                               abs=1e-6)
     assert resumed.history[-1]["train_loss"] == pytest.approx(
         sum(full.step_losses[5:10]) / 5, abs=1e-6)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr": 5e-3}, "lr 0.001, this resume has 0.005"),
+    ({"schedule": "cosine"}, "schedule linear, this resume has cosine"),
+    ({"weight_decay": 0.1}, "weight_decay 0.01, this resume has 0.1"),
+    ({"grad_clip": None}, "grad_clip 1.0, this resume has None"),
+    ({"optimizer": "muon"}, "optimizer adamw, this resume has muon"),
+])
+def test_an_api_resume_with_other_learning_settings_is_refused(tok, examples, tmp_path, change,
+                                                               message):
+    train, _ = loaders(examples, tok, n_train=40)
+    pretrain(make_model(tok), train, None, quiet(max_steps=2, lr=1e-3), out_dir=tmp_path / "run")
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=message + ".*--resume"):
+        pretrain(make_model(tok), loaders(examples, tok, n_train=40)[0], None,
+                 quiet(**{"max_steps": 4, "lr": 1e-3, **change}), out_dir=tmp_path / "run",
+                 resume=True)
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"mask_config": MaskingConfig(mlm_probability=0.4)},
+     "masking mlm_probability 0.15, this resume has 0.4"),
+    ({"mask_config": MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0)},
+     "masking mask_replace_prob 0.8, this resume has 1.0"),
+    ({"group_by_length": 2}, "group_by_length 0, this resume has 2"),
+])
+def test_a_resume_with_other_masking_or_grouping_is_refused(tok, examples, tmp_path, change,
+                                                            message):
+    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    pretrain(make_model(tok), train, None, quiet(max_steps=2), out_dir=tmp_path / "run")
+    other = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0, **change)
+    with pytest.raises(ValueError, match=message):
+        pretrain(make_model(tok), other, None, quiet(max_steps=4), out_dir=tmp_path / "run",
+                 resume=True)
+
+
+def test_a_checkpoint_written_before_masking_and_grouping_were_recorded_still_resumes(
+        tok, examples, tmp_path):
+    config = quiet(max_steps=4, checkpoint_interval=2)
+    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    full = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "full")
+    shutil.copytree(tmp_path / "full", tmp_path / "old")
+    shutil.rmtree(tmp_path / "old" / "checkpoints" / "step-00000004")
+    ckpt = tmp_path / "old" / "checkpoints" / "step-00000002"
+    state = json.loads((ckpt / "state.json").read_text())
+    del state["masking"], state["group_by_length"]  # as a checkpoint of the last release
+    (ckpt / "state.json").write_text(json.dumps(state))
+    digests = json.loads((ckpt / "digests.json").read_text())
+    digests["state.json"] = hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()
+    (ckpt / "digests.json").write_text(json.dumps(digests))
+    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    resumed = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "old",
+                       resume=True)
+    assert resumed.first_step == 2
+    assert resumed.step_losses == pytest.approx(full.step_losses[2:], abs=1e-6)
+
+
+class InterruptEvaluation:
+    """A validation loader whose `n`-th pass is stopped by Ctrl-C after one batch (SIGTERM during
+    an evaluation)."""
+
+    def __init__(self, loader, n: int):
+        self.loader, self.n, self.passes = loader, n, 0
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        self.passes += 1
+        for i, batch in enumerate(self.loader):
+            if self.passes == self.n and i == 1:
+                raise KeyboardInterrupt
+            yield batch
+
+
+def test_a_stop_during_an_evaluation_keeps_that_history_row_on_resume(tok, examples, tmp_path):
+    # Rows at steps 0, 5 and 10; the stop lands in the evaluation of step 5 (the loader's second
+    # pass), so the checkpoint of step 5 has no row for it yet: the resume makes it.
+    config = quiet(max_steps=10, lr=3e-3, eval_interval=5, checkpoint_interval=None)
+    train, val = loaders(examples, tok, n_train=40)
+    full = pretrain(make_model(tok), train, val, config, out_dir=tmp_path / "full")
+    train, val = loaders(examples, tok, n_train=40)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(make_model(tok), train, InterruptEvaluation(val, 2), config,
+                 out_dir=tmp_path / "cut")
+    assert [p.name for p in list_checkpoints(tmp_path / "cut")] == ["step-00000005"]
+    train, val = loaders(examples, tok, n_train=40)
+    resumed = pretrain(make_model(tok, seed=123), train, val, config, out_dir=tmp_path / "cut",
+                       resume=True)
+    assert [row["step"] for row in resumed.history] == [0, 5, 10]
+    timing = ("elapsed_s", "tokens_per_s")
+    for a, b in zip(full.history, resumed.history, strict=True):
+        assert {k: v for k, v in a.items() if k not in timing} == pytest.approx(
+            {k: v for k, v in b.items() if k not in timing}, abs=1e-6)
+    on_disk = json.loads((tmp_path / "cut" / "history.json").read_text())
+    assert [row["step"] for row in on_disk] == [0, 5, 10]
 
 
 def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, tmp_path):
