@@ -101,6 +101,7 @@ def world(tmp_path_factory) -> dict[str, str]:
     paths["run_small_tok"] = _copy(run, root / "run-small-tokenizer")
     shutil.copy(tok_200, paths["run_small_tok"] / "tokenizer.json")
     paths["tok_400_json"] = tok_400
+    paths["run_no_json"] = _copy(run, root / "run-no-run-json", drop="run.json")
     paths["run_bad_json"] = _copy(run, root / "run-bad-json")
     text = (run / "run.json").read_text()
     (paths["run_bad_json"] / "run.json").write_text(text[: len(text) // 2])  # a cut-off write
@@ -238,10 +239,23 @@ CASES = [
      ["--warmup-steps=5", "max_steps=2"]),
     # a resume that would continue with other settings than the run's
     ("pretrain-resume-with-another-lr", "pretrain --corpus {corpus} --out {run} --resume TINY --lr 0.5",
-     ["--resume", "started with --lr 0.001", "this resume has 0.5", "pass --lr 0.001"]),
+     ["--resume", "trained with lr 0.001", "has 0.5", "pass --lr 0.001"]),
     ("pretrain-resume-with-another-mlm-probability",
      "pretrain --corpus {corpus} --out {run} --resume TINY --mlm-probability 0.2",
-     ["started with --mlm-probability 0.4", "this resume has 0.2"]),
+     ["trained with masking mlm_probability 0.4", "has 0.2", "--mlm-probability 0.4"]),
+    # the same, with run.json gone: the checkpoint's own state is what a resume is checked on
+    ("pretrain-resume-run-json-deleted-another-lr",
+     "pretrain --corpus {corpus} --out {run_no_json} --resume TINY --lr 0.005",
+     ["trained with lr 0.001", "has 0.005", "pass --lr 0.001", "nothing was written"]),
+    ("pretrain-resume-run-json-deleted-another-mlm-probability",
+     "pretrain --corpus {corpus} --out {run_no_json} --resume TINY --mlm-probability 0.15",
+     ["trained with masking mlm_probability 0.4", "has 0.15", "--mlm-probability 0.4"]),
+    ("pretrain-resume-run-json-deleted-another-schedule",
+     "pretrain --corpus {corpus} --out {run_no_json} --resume TINY --schedule cosine",
+     ["trained with schedule linear", "has cosine", "--schedule linear"]),
+    ("pretrain-resume-grouped-on-an-ungrouped-run",
+     "pretrain --corpus {corpus} --out {run} --resume TINY --group-by-length 4",
+     ["group_by_length 0", "has 4", "--group-by-length"]),
     ("pretrain-resume-run-json-cut-off",
      "pretrain --corpus {corpus} --out {run_bad_json} --resume TINY",
      ["{run_bad_json}/run.json", "not valid JSON", "new run"]),
