@@ -122,38 +122,64 @@ def run_trial(name: str, spec: dict, seed: int, steps: int, run_dir: Path) -> di
                         for row in result.history]}
 
 
-def calibrate_trial(name: str, spec: dict, warmup: int = 20, timed: int = 60) -> dict:
-    """Return the seconds per training step of `spec` on 1 thread, once warm: the time of
-    `warmup + timed` steps less that of `warmup` steps (the first steps of a process, bf16's
-    above all, pay for kernel set-up)."""
+# What a step costs depends on these settings alone: trials that share them (the learning rate,
+# the pair draws) share a step budget, so they differ in nothing but their own setting.
+COST = ("preset", "seq", "batch", "mlm_probability", "precision", "dropout")
+
+
+def cost_key(spec: dict) -> str:
+    """Return the name of `spec`'s step cost: its COST settings, as text."""
+    return ",".join(f"{k}={spec[k]}" for k in COST)
+
+
+class StepClock:
+    """A training loader that notes the time each batch is asked for (one per optimizer step)."""
+
+    def __init__(self, loader):
+        self.loader, self.times = loader, []
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        for batch in self.loader:
+            self.times.append(time.perf_counter())
+            yield batch
+
+
+def calibrate(names: list[str], rounds: int, steps: int = 40, timed: int = 25) -> dict:
+    """Return the median seconds per warm training step of each cost among `names`' trials, on
+    1 thread: `rounds` rounds through every cost in turn, so a load that drifts meets them all
+    alike; each round trains `steps` steps and times the last `timed`."""
     import torch
 
     torch.set_num_threads(1)
     import bertlab as bl
-    from bertlab.course.doctor import load_average
     from bertlab.data import pretraining_loader
     from bertlab.masking import MaskingConfig
 
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
-    train = pretraining_loader(docs, tok, split="train", batch_size=spec["batch"],
-                               max_seq_len=spec["seq"], seed=0, pairs="nsp", pair_draws=1,
-                               mask_config=MaskingConfig(mlm_probability=spec["mlm_probability"]))
-    config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
-                                  hidden_dropout=spec["dropout"],
-                                  attention_dropout=spec["dropout"])
-    load, seconds = load_average(), []
-    for steps in (warmup, warmup + timed):
-        model = bl.BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
-        train_config = bl.TrainConfig(
-            max_steps=steps, batch_size=spec["batch"], lr=spec["lr"],
-            optimizer=spec["optimizer"], muon_lr=spec["muon_lr"], precision=spec["precision"],
-            eval_interval=None, checkpoint_interval=None, device="cpu", progress=False,
-            log_interval=0)
-        seconds.append(bl.pretrain(model, train, None, train_config,
-                                   objectives=("mlm", "nsp")).elapsed_s)
-    return {"trial": name, "s_per_step": (seconds[1] - seconds[0]) / timed, "steps_timed": timed,
-            "load_average": [load, load_average()]}
+    specs = {cost_key(TRIALS[n]): TRIALS[n] for n in names}
+    seconds: dict[str, list[float]] = {key: [] for key in specs}
+    for _ in range(rounds):
+        for key, spec in specs.items():
+            train = StepClock(pretraining_loader(
+                docs, tok, split="train", batch_size=spec["batch"], max_seq_len=spec["seq"],
+                seed=0, pairs="nsp",
+                mask_config=MaskingConfig(mlm_probability=spec["mlm_probability"])))
+            config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
+                                          hidden_dropout=spec["dropout"],
+                                          attention_dropout=spec["dropout"])
+            model = bl.BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
+            bl.pretrain(model, train, None, bl.TrainConfig(
+                max_steps=steps, batch_size=spec["batch"], lr=spec["lr"],
+                optimizer=spec["optimizer"], muon_lr=spec["muon_lr"],
+                precision=spec["precision"], eval_interval=None, checkpoint_interval=None,
+                device="cpu", progress=False, log_interval=0), objectives=("mlm", "nsp"))
+            gaps = [b - a for a, b in zip(train.times, train.times[1:], strict=False)]
+            seconds[key] += gaps[-timed:]
+    return {key: statistics.median(times) for key, times in seconds.items()}
 
 
 def step_budget(name: str, minutes: float) -> int:
@@ -161,10 +187,12 @@ def step_budget(name: str, minutes: float) -> int:
     if not CALIBRATION.exists():
         raise SystemExit(f"nsp_search: {CALIBRATION.relative_to(REPO)} is missing; run "
                          f"--stage calibrate first")
-    timed = json.loads(CALIBRATION.read_text())["trials"]
-    if name not in timed:
-        raise SystemExit(f"nsp_search: trial {name!r} was not calibrated; run --stage calibrate")
-    steps = minutes * 60 * TRAINING_SHARE / timed[name]["s_per_step"]
+    timed = json.loads(CALIBRATION.read_text())["s_per_step"]
+    key = cost_key(TRIALS[name])
+    if key not in timed:
+        raise SystemExit(f"nsp_search: the step cost of trial {name!r} ({key}) was not "
+                         f"calibrated; run --stage calibrate --trials {name}")
+    steps = minutes * 60 * TRAINING_SHARE / timed[key]
     return int(steps // 50 * 50)
 
 
@@ -216,8 +244,12 @@ def commit() -> str:
 
 def child(args: argparse.Namespace) -> int:
     name, seed = args.child.rsplit(":", 1)
-    if args.stage == "calibrate":
-        print(json.dumps(calibrate_trial(name, TRIALS[name])))
+    if args.stage == "calibrate":  # name: the trials, joined by "+"; seed: the rounds
+        from bertlab.course.doctor import load_average
+
+        load = load_average()
+        timed = calibrate(name.split("+"), int(seed))
+        print(json.dumps({"s_per_step": timed, "load_average": [load, load_average()]}))
         return 0
     run_dir = RUNS / f"{name}-seed{seed}"
     record = run_trial(name, TRIALS[name], int(seed), args.steps, run_dir)
@@ -274,13 +306,17 @@ def main() -> int:
     unknown = [n for n in names if n not in TRIALS]
     if unknown:
         p.error(f"unknown trials {unknown}; known: {', '.join(TRIALS)}")
-    if args.stage == "calibrate":
-        timed = run_children([(n, 0, 60) for n in names], args)
+    if args.stage == "calibrate":  # --jobs processes, each through every cost in turn
+        jobs = [("+".join(names[i:] + names[:i]), 3, 0) for i in range(args.jobs)]
+        timed = run_children(jobs, args)
+        costs = {key: statistics.median(t["s_per_step"][key] for t in timed)
+                 for key in timed[0]["s_per_step"]}
         CALIBRATION.write_text(json.dumps({
             "command": "python benchmarks/nsp_search.py " + " ".join(sys.argv[1:]),
             "jobs": args.jobs, "commit": commit(),
-            "trials": {r["trial"]: {k: r[k] for k in ("s_per_step", "load_average")}
-                       for r in timed}}, indent=1) + "\n")
+            "how": "median seconds per warm step (the last 25 of 40 steps, 3 rounds through "
+                   "every cost in turn, each process a different order), median over processes",
+            "s_per_step": costs, "per_process": timed}, indent=1) + "\n")
         print(f"written: {CALIBRATION.relative_to(REPO)}")
         return 0
     done = {_key(r) for r in recorded()}
