@@ -21,8 +21,9 @@ def _setting(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
-_OPTIONAL = ("max_steps", "max_minutes", "warmup_steps", "grad_clip", "eval_interval",
-             "checkpoint_interval")  # the settings where None means "no limit" or "off"
+# The settings where None means "no limit" or "off".
+_OPTIONAL = ("max_steps", "max_minutes", "stop_after", "warmup_steps", "grad_clip",
+             "eval_interval", "checkpoint_interval")
 
 
 @dataclass
@@ -30,7 +31,8 @@ class TrainConfig:
     """Every setting of the training loop, with its default.
 
     The run stops at `max_steps` optimizer steps or after `max_minutes` of training time
-    (evaluations excluded), whichever comes first. The learning-rate schedule runs over the
+    (evaluations excluded), whichever comes first (or earlier, at `stop_after` steps, which
+    leaves the schedule as it is). The learning-rate schedule runs over the
     same budget (with a time budget it follows elapsed time, as in Cramming; for bit-exact
     resumes set only `max_steps`). `batch_size` is the global batch of one optimizer step.
 
@@ -40,6 +42,10 @@ class TrainConfig:
     max_steps: int | None = _setting(1000, "optimizer steps to run (None: no step limit)")
     max_minutes: float | None = _setting(None, "training-time budget in minutes, evaluations "
                                                 "excluded (None: no limit)")
+    stop_after: int | None = _setting(None, "stop after this many optimizer steps, the schedule "
+                                            "still running over max_steps: the first steps of a "
+                                            "longer run, e.g. a reproduce trace (None: at the "
+                                            "budget)")
     batch_size: int = _setting(32, "global batch per optimizer step (all micro-batches, all "
                                    "processes)")
     grad_accum: int = _setting(1, "micro-batches accumulated per optimizer step")
@@ -77,8 +83,9 @@ class TrainConfig:
         self.betas = tuple(self.betas)
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError("TrainConfig needs a budget: set max_steps, max_minutes or both")
-        kinds = {"positive integer": ("max_steps", "batch_size", "grad_accum", "eval_interval",
-                                      "eval_batches", "checkpoint_interval", "keep_checkpoints"),
+        kinds = {"positive integer": ("max_steps", "stop_after", "batch_size", "grad_accum",
+                                      "eval_interval", "eval_batches", "checkpoint_interval",
+                                      "keep_checkpoints"),
                  "positive number": ("max_minutes", "lr", "eps", "grad_clip", "muon_lr"),
                  "integer >= 0": ("seed", "log_interval", "warmup_steps")}
         for kind, names in kinds.items():

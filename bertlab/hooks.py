@@ -223,6 +223,9 @@ class RunHooks:
         run.elapsed_s = from_rank0(time.perf_counter() - self.clock, self.device)
         if self.config.max_steps is not None and run.step >= self.config.max_steps:
             return False
+        if self.config.stop_after is not None and run.step >= self.config.stop_after:
+            self.stopped_by = "stop_after"
+            return False
         if self.config.max_minutes is not None and run.elapsed_s >= 60 * self.config.max_minutes:
             self.stopped_by = "max_minutes"
             return False

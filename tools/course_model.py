@@ -29,6 +29,7 @@ from bertlab.cli import main as cli
 from bertlab.corpus import load_corpus
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.course.doctor import load_average
+from bertlab.course.traces import git_commit, make_trace
 from bertlab.data import pretraining_loader
 from bertlab.loading import load_model
 from bertlab.pretraining import evaluate
@@ -36,6 +37,7 @@ from bertlab.recipes import VAL_SEQ_LEN, recipe
 from bertlab.util import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
+TRACE_STEPS = 300  # the reproduce trace: the command's first steps (about 20 s on one core)
 
 
 def sha256(path: Path) -> str:
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "course-model")
     p.add_argument("--out", type=Path, default=ROOT / "models" / "course-tiny")
     args = p.parse_args(argv)
-    start, load_start = time.perf_counter(), load_average()
+    start, load_start, commit = time.perf_counter(), load_average(), git_commit(ROOT)
     pretrain = ["pretrain", "--recipe", "course", "--corpus", "bbc", "--max-steps",
                 str(args.steps), "--threads", str(args.threads), "--eval-interval", "1000",
                 "--checkpoint-interval", "1000", "--no-progress", "--out", str(args.run)]
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                                             for a in pretrain if a != "--resume"),
             f"python -m bertlab export-hf {shown(args.run)} {shown(args.out)}"],
         "made_by": "python tools/course_model.py " + " ".join(argv or sys.argv[1:]),
+        "commit": commit,
+        "device": "cpu",
         "recipe": recipe("course").to_dict(),
         "steps": args.steps,
         "corpus": {"name": "bbc", "documents": count, "sha256": digest},
@@ -109,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": {"start": load_start, "end": load_average()},
         "cpus": os.cpu_count(),
     }
+    # The command's first steps, replayed by tests/test_traces.py: a code change that moves the
+    # training stream fails there, naming this model, instead of going unnoticed.
+    manifest["trace"] = make_trace([a for a in pretrain if a != "--resume"], TRACE_STEPS)
     atomic_write_json(staging / "MANIFEST.json", manifest)
     shutil.rmtree(args.out, ignore_errors=True)
     staging.rename(args.out)

@@ -1,0 +1,113 @@
+"""Reproduce traces: the first steps of a shipped model's own command, so a changed stream shows.
+
+A model made on a CPU (models/*/MANIFEST.json) or a record of benchmarks/results/ carries a
+trace: its pretraining command, with the same `--max-steps` (the schedule depends on it), stopped
+after its first N steps (`--stop-after N`), one thread and fp32 pinned; the history rows those
+steps gave; and the SHA-256 of the weights they left. `replay` runs the command again with
+today's code and names every field that differs. Times and rates are left out: they belong to a
+machine, not to the stream.
+
+If a change to the code moves the training stream (the data order, the masks, the pairs, the
+initial weights, the optimizer's arithmetic), a trace no longer replays, and the test that
+replays every trace (tests/test_traces.py) fails naming the model to re-make, instead of the
+course quoting a model its code can no longer build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+# A history row's fields that depend on the machine and its load, not on the stream.
+TIMING = ("elapsed_s", "tokens_per_s")
+OUT = "{out}"  # where a trace's command writes; replay puts a temporary folder there
+
+
+def git_commit(repo: Path = REPO) -> str | None:
+    """Return the commit checked out in `repo`, with "+dirty" when bertlab/ has changes (None
+    outside a git checkout)."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+    head = git("rev-parse", "HEAD")
+    if head.returncode:
+        return None
+    dirty = git("status", "--porcelain", "--", "bertlab").stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def trace_command(command: list[str], steps: int) -> list[str]:
+    """Return `command` (a `python -m bertlab pretrain` argument list) as a trace runs it: the
+    first `steps` steps, one thread, fp32, quiet, into OUT. The run's own --out, --threads,
+    --precision and progress flags are replaced; everything else is kept as it was."""
+    dropped = {"--out": 1, "--threads": 1, "--precision": 1, "--stop-after": 1, "--resume": 0,
+               "--no-progress": 0, "--progress": 0, "--log-interval": 1}
+    kept, skip = [], 0
+    for arg in command:
+        if skip:
+            skip -= 1
+        elif arg in dropped:
+            skip = dropped[arg]
+        else:
+            kept.append(arg)
+    if kept[:1] != ["pretrain"]:
+        raise ValueError(f"a trace replays a pretrain command, not {' '.join(command[:1])!r}")
+    return [*kept, "--stop-after", str(steps), "--threads", "1", "--precision", "fp32",
+            "--no-progress", "--out", OUT]
+
+
+def run_trace(command: list[str], out: Path) -> dict[str, Any]:
+    """Run a trace's command into `out` (a new folder) and return what it gave: the history rows
+    without their times and rates, and the SHA-256 of the weights at the last step."""
+    args = [str(out) if a == OUT else a for a in command]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-m", "bertlab", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO)
+    if done.returncode:
+        raise RuntimeError(f"the trace's command failed (exit {done.returncode}): "
+                           f"python -m bertlab {' '.join(args)}\n{done.stderr[-2000:]}")
+    history = json.loads((out / "history.json").read_text(encoding="utf-8"))
+    newest = max((out / "checkpoints").iterdir())
+    weights = hashlib.sha256((newest / "model.safetensors").read_bytes()).hexdigest()
+    return {"history": [{k: v for k, v in row.items() if k not in TIMING} for row in history],
+            "weights_sha256": weights, "checkpoint": newest.name}
+
+
+def make_trace(command: list[str], steps: int) -> dict[str, Any]:
+    """Return the trace of `command`'s first `steps` steps, run now with this checkout's code."""
+    replayed = trace_command(command, steps)
+    with tempfile.TemporaryDirectory(prefix="bertlab-trace-") as tmp:
+        gave = run_trace(replayed, Path(tmp) / "run")
+    return {"command": replayed, "steps": steps, "commit": git_commit(), **gave}
+
+
+def replay(trace: dict[str, Any]) -> list[str]:
+    """Return what differs between `trace` and its command run again now (empty: it replays)."""
+    with tempfile.TemporaryDirectory(prefix="bertlab-trace-") as tmp:
+        now = run_trace(trace["command"], Path(tmp) / "run")
+    return differences(trace, now)
+
+
+def differences(trace: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Return one line per field of `trace` that `now` does not give exactly."""
+    found = []
+    before, after = trace["history"], now["history"]
+    if [r["step"] for r in before] != [r["step"] for r in after]:
+        found.append(f"history steps {[r['step'] for r in before]} -> "
+                     f"{[r['step'] for r in after]}")
+    for old, new in zip(before, after, strict=False):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                found.append(f"step {old.get('step')}: {key} {old.get(key)!r} -> "
+                             f"{new.get(key)!r}")
+    if trace["weights_sha256"] != now["weights_sha256"]:
+        found.append(f"weights after {trace['checkpoint']}: sha256 {trace['weights_sha256'][:12]} "
+                     f"-> {now['weights_sha256'][:12]}")
+    return found

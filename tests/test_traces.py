@@ -1,0 +1,84 @@
+"""Reproduce traces: every shipped model's first steps replay bit for bit with today's code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertlab.config import TrainConfig, lr_at
+from bertlab.corpus import load_corpus
+from bertlab.course.traces import differences, make_trace, replay, trace_command
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFESTS = sorted(REPO.glob("models/*/MANIFEST.json"))
+SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
+         "--eval-batches", "2", "--device", "cpu"]
+
+
+def test_stop_after_keeps_the_schedule_of_the_whole_run():
+    whole = TrainConfig(max_steps=100, lr=1e-3)
+    cut = TrainConfig(max_steps=100, lr=1e-3, stop_after=10)
+    assert [lr_at(s, cut) for s in range(10)] == [lr_at(s, whole) for s in range(10)]
+    with pytest.raises(ValueError, match="stop_after"):
+        TrainConfig(stop_after=0)
+
+
+def test_a_trace_command_pins_threads_precision_and_the_output_folder():
+    command = ["pretrain", "--recipe", "course", "--max-steps", "8000", "--threads", "2",
+               "--no-progress", "--out", "runs/x", "--resume"]
+    assert trace_command(command, 50) == [
+        "pretrain", "--recipe", "course", "--max-steps", "8000", "--stop-after", "50",
+        "--threads", "1", "--precision", "fp32", "--no-progress", "--out", "{out}"]
+    with pytest.raises(ValueError, match="pretrain command"):
+        trace_command(["finetune", "runs/x"], 5)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    for i, doc in enumerate(load_corpus("bbc")[:40]):
+        (folder / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    return folder
+
+
+def test_a_trace_replays_exactly_and_a_moved_stream_is_named(corpus):
+    command = ["pretrain", "--corpus", str(corpus), "--max-steps", "40", *SMALL]
+    trace = make_trace(command, 6)
+    assert [row["step"] for row in trace["history"]] == [0, 3, 6]
+    assert not any("elapsed_s" in row or "tokens_per_s" in row for row in trace["history"])
+    assert replay(trace) == []
+    moved = {**trace, "command": [*trace["command"], "--data-seed", "1"]}  # another data order
+    found = replay(moved)
+    assert any("train_loss" in line for line in found), found
+    assert any(line.startswith("weights after step-00000006") for line in found), found
+    # the budget is part of the stream: the same 6 steps of a 60-step run have other rates
+    longer = {**trace, "command": [a if a != "40" else "60" for a in trace["command"]]}
+    assert any(": lr " in line for line in replay(longer))
+
+
+def test_differences_name_each_field():
+    trace = {"history": [{"step": 0, "train_loss": None, "val_mask_accuracy": 0.1}],
+             "weights_sha256": "a" * 64, "checkpoint": "step-00000002"}
+    now = {"history": [{"step": 0, "train_loss": None, "val_mask_accuracy": 0.2}],
+           "weights_sha256": "b" * 64}
+    assert differences(trace, now) == [
+        "step 0: val_mask_accuracy 0.1 -> 0.2",
+        "weights after step-00000002: sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"]
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=[m.parent.name for m in MANIFESTS])
+def test_every_shipped_model_made_on_a_cpu_replays_its_trace(manifest):
+    made = json.loads(manifest.read_text())
+    if made.get("device", "cpu") != "cpu":
+        pytest.skip(f"{manifest.parent.name} was made on {made['device']}: no CPU trace")
+    assert made.get("commit"), f"{manifest}: names no commit"
+    assert "trace" in made, (f"{manifest} has no reproduce trace; re-make the model with the "
+                             f"command in its made_by, which writes one")
+    found = replay(made["trace"])
+    assert not found, (f"{manifest.parent.name} no longer replays its trace: today's code trains "
+                       f"another stream ({'; '.join(found[:6])}). If the change was meant, re-make "
+                       f"the model ({made.get('made_by')}) and what reads it; if not, find what "
+                       f"moved the stream")
