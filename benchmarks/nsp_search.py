@@ -1,12 +1,14 @@
 """The search behind the nsp recipe: which settings learn next-sentence prediction on one CPU core.
 
-Every trial pretrains BBC News with masked LM + NSP for a fixed step budget, sized so that the
-trial takes about `--minutes` of one core while the other core trains another trial
-(`--jobs 2`), evaluations included: the step budgets come from `--stage calibrate`, which times
-each trial's steps under the same load and writes benchmarks/results/nsp_search_calibration.json.
-A step budget, not a clock, so a trial that is cut off (Ctrl-C, SIGTERM, a session that ends)
-resumes exactly from its checkpoint in runs/nsp-search/<trial>-seed<k>/ instead of starting
-over; run the same command again.
+Every trial pretrains BBC News with masked LM + NSP for a fixed step budget, at equal CPU work:
+`base` trains `--base-steps` steps and every other trial the steps that cost as much, by the
+seconds per step that `--stage calibrate` measured (benchmarks/results/nsp_search_calibration
+.json: each process times every step cost in turn, so a load that drifts meets them all alike,
+and only their ratios are used). A step budget, not a clock, so a trial that is cut off (Ctrl-C,
+SIGTERM, a session that ends) resumes exactly from its checkpoint in
+runs/nsp-search/<trial>-seed<k>/ instead of starting over: run the same command again. Trials
+run as 1-thread processes, `--jobs 2` at a time, so each core trains one; the record gives each
+trial's minutes and the load average beside them.
 
 The score is held-out NSP accuracy on the course's 64-token validation pairs (all 2,122 of them,
 seed 0), with accuracy at [MASK] beside it on the course's yardstick (BERT's masking, 15%,
@@ -22,7 +24,7 @@ text NSP reads), the length, the batch, the learning rate, the pair draws, bf16 
 
 Usage:
   python benchmarks/nsp_search.py --stage calibrate --jobs 2
-  python benchmarks/nsp_search.py --stage screen --jobs 2
+  python benchmarks/nsp_search.py --stage screen --jobs 2 --base-steps 3000
   python benchmarks/nsp_search.py --stage bf16 --jobs 2      (3 seeds, fp32 against bf16)
   python benchmarks/nsp_search.py --show
 """
@@ -48,9 +50,6 @@ RUNS = REPO / "runs" / "nsp-search"
 VAL_PAIRS_SEQ = 64  # the course's yardstick (bertlab.recipes.VAL_SEQ_LEN)
 EVAL_INTERVAL = 500
 CHECKPOINT_INTERVAL = 250
-# A calibration step time is measured with evaluations left out; this share of the budget is
-# left for them (every 500 steps, all validation pairs at 64 and at 128 tokens) and the start.
-TRAINING_SHARE = 0.88
 
 BASE = dict(preset="tiny", mlm_probability=0.4, seq=128, batch=32, optimizer="muon", lr=1e-3,
             muon_lr=0.01, dropout=0.0, pair_draws=16, precision="fp32", warmup=0.06,
@@ -124,7 +123,8 @@ def run_trial(name: str, spec: dict, seed: int, steps: int, run_dir: Path) -> di
 
 # What a step costs depends on these settings alone: trials that share them (the learning rate,
 # the pair draws) share a step budget, so they differ in nothing but their own setting.
-COST = ("preset", "seq", "batch", "mlm_probability", "precision", "dropout")
+# Dropout's few elementwise ops are left out: its trial gets the steps of the one it varies.
+COST = ("preset", "seq", "batch", "mlm_probability", "precision")
 
 
 def cost_key(spec: dict) -> str:
@@ -182,18 +182,23 @@ def calibrate(names: list[str], rounds: int, steps: int = 40, timed: int = 25) -
     return {key: statistics.median(times) for key, times in seconds.items()}
 
 
-def step_budget(name: str, minutes: float) -> int:
-    """Return `name`'s step budget for `minutes` of one core, from the calibration record."""
+def step_budget(name: str, base_steps: int) -> int:
+    """Return `name`'s step budget: the steps that cost what `base_steps` steps of `base` cost,
+    by the calibration's seconds per step (their ratio: the load of the machine then moves
+    every cost alike, so the ratio holds where the seconds do not)."""
     if not CALIBRATION.exists():
         raise SystemExit(f"nsp_search: {CALIBRATION.relative_to(REPO)} is missing; run "
                          f"--stage calibrate first")
-    timed = json.loads(CALIBRATION.read_text())["s_per_step"]
-    key = cost_key(TRIALS[name])
-    if key not in timed:
+    timed = {}
+    for key, seconds in json.loads(CALIBRATION.read_text())["s_per_step"].items():
+        settings = dict(part.split("=", 1) for part in key.split(","))
+        if settings.get("dropout", "0.0") == "0.0":  # calibrations that also timed dropout
+            timed.setdefault(",".join(f"{k}={settings[k]}" for k in COST), seconds)
+    key, base = cost_key(TRIALS[name]), cost_key(TRIALS["base"])
+    if key not in timed or base not in timed:
         raise SystemExit(f"nsp_search: the step cost of trial {name!r} ({key}) was not "
-                         f"calibrated; run --stage calibrate --trials {name}")
-    steps = minutes * 60 * TRAINING_SHARE / timed[key]
-    return int(steps // 50 * 50)
+                         f"calibrated; run --stage calibrate --trials base {name}")
+    return int(base_steps * timed[base] / timed[key] // 50 * 50)
 
 
 def _key(record: dict) -> tuple:
@@ -289,8 +294,9 @@ def main() -> int:
     p.add_argument("--stage", choices=["calibrate", *STAGES], default="screen")
     p.add_argument("--trials", nargs="*", default=None, help="default: the stage's")
     p.add_argument("--seeds", nargs="*", type=int, default=None, help="default: the stage's")
-    p.add_argument("--minutes", type=float, default=20.0,
-                   help="one core's minutes per trial, evaluations included (sets the steps)")
+    p.add_argument("--base-steps", type=int, default=3000,
+                   help="the base trial's steps; every other trial gets the steps that cost as "
+                        "much (about 15 minutes of one core beside a second trial)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--show", action="store_true")
     p.add_argument("--steps", type=int, help=argparse.SUPPRESS)
@@ -320,11 +326,12 @@ def main() -> int:
         print(f"written: {CALIBRATION.relative_to(REPO)}")
         return 0
     done = {_key(r) for r in recorded()}
-    todo = [(n, s, step_budget(n, args.minutes)) for s in seeds for n in names]
+    todo = [(n, s, step_budget(n, args.base_steps)) for s in seeds for n in names]
     todo = [(n, s, steps) for n, s, steps in todo
             if (n, s, steps, json.dumps(TRIALS[n], sort_keys=True)) not in done]
-    print(f"{len(todo)} trials to run, {args.jobs} at a time, ~{args.minutes:g} min of one core "
-          f"each: {', '.join(f'{n}:{s} ({steps} steps)' for n, s, steps in todo)}", flush=True)
+    print(f"{len(todo)} trials to run, {args.jobs} at a time, each costing {args.base_steps} "
+          f"steps of base: {', '.join(f'{n}:{s} ({steps} steps)' for n, s, steps in todo)}",
+          flush=True)
     run_children(todo, args)
     show(recorded())
     return 0
