@@ -36,8 +36,9 @@ from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.objectives import INPUTS, SINGLE, check_objectives, pairs_of
-from bertlab.pretraining import fill_mask, pretrain
+from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
+from bertlab.records import BAD_ROW_CHOICES
 from bertlab.resume import check_resume, check_run_folder, hold_run_folder, interrupt_on_sigterm
 from bertlab.shards import prepare_command, shard_pair_length
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
@@ -135,7 +136,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                        description="Turn a corpus into memory-mapped NSP shards (train and "
                                    "validation splits) plus its tokenizer, for large corpora.")
     p.add_argument("--corpus", required=True,
-                   help="a corpus name (bbc), a BERT-format .txt file or a folder of .txt files")
+                   help="a corpus name (bbc), a BERT-format .txt file, a folder of .txt files, "
+                        "or rows: a .jsonl, .csv, .tsv or .parquet file (any of them may be .gz)")
     p.add_argument("--out", required=True, help="folder to write the shards into")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: train one on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
@@ -149,6 +151,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                         "small corpus repeated many times is not the same pairs every epoch "
                         "(default: 1)")
     _add_encoding_errors(p)
+    _add_row_fields(p)
 
 
 _ENCODINGS = ("strict", "replace", "ignore")
@@ -160,6 +163,28 @@ def _add_encoding_errors(p: argparse.ArgumentParser) -> None:
                         "replace reads them as U+FFFD, ignore drops them (default: strict)")
 
 
+def _add_row_fields(p: argparse.ArgumentParser, labels: bool = False) -> None:
+    """Add the flags that say how a file of rows (.jsonl, .csv, .tsv, .parquet) is read."""
+    p.add_argument("--text-field", default=None, metavar="NAME",
+                   help="the field of each row that holds its text (default: text)")
+    if labels:
+        p.add_argument("--label-field", default=None, metavar="NAME",
+                       help="the field of each row that holds its label (default: label)")
+    p.add_argument("--doc-field", default=None, metavar="NAME",
+                   help="consecutive rows with the same value of this field form one document, "
+                        "in order (default: each row is a document)")
+    p.add_argument("--on-bad-row", default=None, choices=BAD_ROW_CHOICES,
+                   help="a row that is not JSON or whose field is missing, not text or empty: "
+                        "error stops there, naming it; skip skips it and counts it "
+                        "(default: error)")
+
+
+def _read_options(args: argparse.Namespace) -> dict[str, str]:
+    """Return the row-reading flags given (`load_corpus` keywords), leaving defaults out."""
+    names = ("text_field", "doc_field", "label_field", "on_bad_row")
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
 def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pretrain", help="pretrain a BERT (masked LM, + NSP or SOP) and save "
                                         "checkpoints",
@@ -167,8 +192,8 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                                    "tokenizer and the metric history go to --out. With "
                                    "--minutes alone, the time budget decides when to stop.")
     p.add_argument("--corpus", default="bbc",
-                   help="bbc, a .txt file / folder of .txt files, or a shard folder from prepare "
-                        "(default: bbc)")
+                   help="bbc, a .txt file / folder of .txt files, a .jsonl / .csv / .tsv / "
+                        ".parquet file of rows, or a shard folder from prepare (default: bbc)")
     p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
     p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
@@ -196,6 +221,7 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                    "folder's, or one trained on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
     _add_encoding_errors(p)
+    _add_row_fields(p)
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="tokens per NSP example (default: from --recipe)")
     p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
@@ -210,6 +236,11 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                         "off)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
+    p.add_argument("--validate-also", nargs="+", default=None, metavar="LEN_OR_SHARDS",
+                   help="more validation sets, each a row's val_<length>_ columns: a token "
+                        "length (the corpus's validation pairs cut that long, e.g. 64, the "
+                        "course's yardstick) or, with shards, a shard folder prepared at another "
+                        "length with the same tokenizer (default: none)")
     _add_pretrain_settings(p)
 
 
@@ -236,8 +267,9 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                                    "(accuracy and macro-F1 on the test split).")
     p.add_argument("model_dir", help="a pretraining run folder or a Hugging Face folder")
     p.add_argument("--task", default="bbc-topic",
-                   help="bbc-topic, or a folder of your labelled text: one sub-folder per label, "
-                        "holding its .txt files (default: bbc-topic)")
+                   help="bbc-topic, a folder of your labelled text: one sub-folder per label, "
+                        "holding its .txt files, or a .jsonl / .csv / .tsv / .parquet file "
+                        "with a label field (default: bbc-topic)")
     p.add_argument("--labels-per-class", nargs="+", default=["all"], metavar="K",
                    help="labelled training documents per class, e.g. 8 32 all (default: all)")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (default: 1)")
@@ -252,6 +284,7 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                    "[CLS] title + first sentences [SEP] (default: 128)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--json", help="also write the results to this JSON file")
+    _add_row_fields(p, labels=True)
 
 
 def _add_export_hf(sub: argparse._SubParsersAction) -> None:
@@ -321,7 +354,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
                                   seed=args.seed, vocab_size=args.vocab_size,
                                   shard_size=args.shard_size, pair_draws=args.pair_draws,
-                                  errors=args.encoding_errors)
+                                  errors=args.encoding_errors, read=_read_options(args))
     for split, meta in summary["splits"].items():
         draws = (f" per draw of pairs (draw 0; {meta['pair_draws']} draws)"
                  if meta.get("pair_draws", 1) > 1 else "")
@@ -400,10 +433,44 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
                       else len(split_documents(docs)["validation"]) >= (1 if pairs == SINGLE
                                                                          else 2))
     # Masked BERT's way (the defaults) whatever the training masking, shuffled in a fixed order
-    # (evaluate pins epoch 0; an unshuffled BBC split starts with business).
+    # (evaluate pins epoch 0; an unshuffled BBC split starts with business), and paired with
+    # seed 0 whatever --data-seed: every run is measured on the same pairs and masks.
+    common = {**common, "seed": 0}
     val = (pretraining_loader(source, tok, split="validation", max_seq_len=max_seq_len,
                               **common) if has_validation else None)
-    return train, val
+    extra = _extra_validation(args, tok, source, max_seq_len, common) if has_validation else {}
+    return train, ({"": val, **extra} if extra else val)
+
+
+def _extra_validation(args: argparse.Namespace, tok: Any, source: Any, max_seq_len: int,
+                      common: dict[str, Any]) -> dict[str, Any]:
+    """Return the validation loaders --validate-also asks for, keyed by their pair length."""
+    extra: dict[str, Any] = {}
+    for item in args.validate_also or []:
+        if item.isdigit():
+            if not isinstance(source, list):
+                raise ValueError(f"--validate-also {item}: --corpus is a shard folder, whose "
+                                 f"pairs prepare cut at one length; pass a shard folder "
+                                 f"prepared at {item} tokens with the same tokenizer (prepare "
+                                 f"--max-seq-len {item} --tokenizer TOKENIZER.json)")
+            length, pairs_from = int(item), source
+        elif folder_kind(Path(item)) == "shards":
+            length, pairs_from = shard_pair_length(item), Path(item)
+            check_same_vocabulary(load_tokenizer(pairs_from / "tokenizer.json"),
+                                  f"--validate-also {item}", tok, "the run's tokenizer",
+                                  "prepare those shards with --tokenizer set to the run's")
+        else:
+            raise ValueError(f"--validate-also {item}: neither a token length (e.g. 64) nor a "
+                             f"shard folder from prepare; pass one of those")
+        problem = ("the run's own validation pairs" if length == max_seq_len else
+                   "asked for twice" if str(length) in extra else
+                   "too short for a pair" if length < 8 else None)
+        if problem:
+            raise ValueError(f"--validate-also {item}: {length}-token pairs are {problem}; pass "
+                             f"each other length once (at least 8)")
+        extra[str(length)] = pretraining_loader(pairs_from, tok, split="validation",
+                                                max_seq_len=length, **common)
+    return extra
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,8 +505,7 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
     try:
         config = chosen.train_config(**given)
     except ValueError as e:  # name the flag the user typed, not the dataclass field
-        raise ValueError(re.sub(r"TrainConfig\.(\w+)",
-                                lambda m: "--" + m.group(1).replace("_", "-"), str(e))) from None
+        raise ValueError(_flag_names("TrainConfig", e)) from None
     shards = folder_kind(corpus) == "shards"
     max_seq_len = (shard_pair_length(corpus, args.max_seq_len) if shards else
                    chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
@@ -479,6 +545,11 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                              pairs, settings)
 
 
+def _flag_names(cls: str, error: ValueError) -> str:
+    """Return `error`'s text with each `cls.field` written as the flag --field."""
+    return re.sub(rf"{cls}\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(error))
+
+
 def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
     """Return the run's objectives: --objectives, else --nsp/--no-nsp, else the recipe's."""
     if args.objectives is not None and args.nsp is not None:
@@ -504,6 +575,25 @@ def _read_run_json(path: Path) -> dict[str, Any]:
 def _trains(objectives: tuple[str, ...]) -> str:
     """Return what a run learns, in words: "MLM only", "MLM + NSP", "MLM + SOP"."""
     return " + ".join(n.upper() for n in objectives) if len(objectives) > 1 else "MLM only"
+
+
+def _recipe_line(s: _PretrainSettings) -> str:
+    """Return pretrain's first line: what the run trains, then the recipe's summary, or, when
+    flags changed what that summary describes, which ones (so the line never contradicts itself)."""
+    r = s.recipe
+    what = (f"recipe: {r.name} ({s.mlm_probability:.0%} masked, {_trains(s.objectives)}"
+            f"{' on single segments' if s.pairs == SINGLE else ''}, {s.config.optimizer})")
+    changed = [f"{flag} {now:g}" if isinstance(now, float) else f"{flag} {now}"
+               for flag, now, own in (
+                   ("--objectives", ",".join(s.objectives), ",".join(r.objectives)),
+                   ("--mlm-probability", s.mlm_probability, r.mlm_probability),
+                   ("--optimizer", s.config.optimizer, r.optimizer),
+                   ("--batch-size", s.config.batch_size, r.batch_size),
+                   ("--max-seq-len", s.max_seq_len, s.max_seq_len if s.shards else
+                    r.max_seq_len)) if now != own]  # the shards' own length gets its own note
+    if not changed:
+        return f"{what}; {r.summary}"
+    return f"{what}; the {r.name} recipe with {', '.join(changed)} in place of its own"
 
 
 def _per_rank_batch(config: TrainConfig, world: int) -> int:
@@ -551,8 +641,11 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSett
 
 def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, tok: Any,
                      model: BertForPreTraining, train: Any, val: Any, rank: int, world: int,
-                     say: Callable[[str], None], device: torch.device) -> TrainResult:
-    """Hold --out, write the run's files (a new run), say what trains; return pretrain's result."""
+                     say: Callable[[str], None], device: torch.device,
+                     corpus_read: dict[str, int] | None = None) -> TrainResult:
+    """Hold --out, write the run's files (a new run), say what trains; return pretrain's result.
+
+    `corpus_read`: what reading the corpus cut and skipped (`iter_corpus` counts), for run.json."""
     with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
@@ -561,11 +654,10 @@ def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, 
                                                  "mlm_probability": s.mlm_probability,
                                                  "max_seq_len": s.max_seq_len,
                                                  "model": model.config.to_dict(),
-                                                 "train": s.config.to_dict()})
+                                                 "train": s.config.to_dict(),
+                                                 "corpus_read": corpus_read})
         n_params = sum(p.numel() for p in model.parameters())
-        say(f"recipe: {s.recipe.name} ({s.mlm_probability:.0%} masked, "
-            f"{_trains(s.objectives)}{' on single segments' if s.pairs == SINGLE else ''}, "
-            f"{s.config.optimizer}); {s.recipe.summary}")
+        say(_recipe_line(s))
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
@@ -581,7 +673,24 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     """
     out, corpus = Path(args.out), Path(args.corpus)
     s = _pretrain_settings(args, corpus)
+    if s.shards and _read_options(args):
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in _read_options(args).items())
+        raise ValueError(f"{flags}: --corpus {corpus} holds prepared shards, whose text was read "
+                         f"when they were made; pass these flags to prepare, or the file of rows "
+                         f"itself as --corpus")
     rank, world = init_distributed()
+    try:
+        code = _pretrain_in_group(args, out, corpus, s, rank, world)
+    except BaseException:  # refused, failed or stopped: close the group too, without waiting
+        close_distributed(together=False)
+        raise
+    close_distributed()
+    return code
+
+
+def _pretrain_in_group(args: argparse.Namespace, out: Path, corpus: Path, s: _PretrainSettings,
+                       rank: int, world: int) -> int:
+    """Return pretrain's exit code: check, load, train and report, once the processes are up."""
 
     def say(text: str) -> None:  # under torchrun, rank 0 speaks for all
         if rank == 0:
@@ -596,20 +705,23 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         say(f"note: the shards hold {s.max_seq_len}-token pairs, not the {s.recipe.max_seq_len} "
             f"of --recipe {args.recipe}; prepare with --max-seq-len {s.recipe.max_seq_len} to "
             f"match it")
-    docs = None if s.shards else load_corpus(args.corpus, errors=args.encoding_errors)
+    corpus_read: dict[str, int] = {}
+    docs = None if s.shards else load_corpus(args.corpus, errors=args.encoding_errors,
+                                             counts=corpus_read, **_read_options(args))
     tok = _pretraining_tokenizer(args, out, corpus, s.shards, docs)
     train, val = _pretraining_data(args, tok, corpus, s.shards, docs, per_rank, world, device.type,
                                    s.max_seq_len, s.mlm_probability, s.pairs)
+    check_pretraining_loaders(train, val, s.config, s.objectives)  # before the folder is made
     if val is None:
         say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
             f"evaluation")
     model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **s.model)
     model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(s.config.seed))
-    result = _run_pretraining(args, out, s, tok, model, train, val, rank, world, say, device)
+    result = _run_pretraining(args, out, s, tok, model, train, val, rank, world, say, device,
+                              corpus_read=None if s.shards else corpus_read)
     say(history_table(result.history))
     say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
         f"min (stopped by {result.stopped_by}; {load_note()}); checkpoint {result.checkpoint}")
-    close_distributed()
     return 0
 
 
@@ -675,16 +787,22 @@ def cmd_finetune(args: argparse.Namespace) -> int:
             raise ValueError(f"--json {json_path}: folder {json_path.parent} does not exist; "
                              f"pass a file path in an existing folder")
     resolve_device(args.device)  # a device this machine lacks is refused before any work
-    config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                            max_seq_len=args.max_seq_len, device=args.device)
+    try:
+        config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                                max_seq_len=args.max_seq_len, device=args.device)
+    except ValueError as e:  # name the flag the user typed, not the dataclass field
+        raise ValueError(_flag_names("FinetuneConfig", e)) from None
     model, tok = load_model(args.model_dir, require_tokenizer=True)
+    corpus_read: dict[str, int] = {}  # filled as a task of your own is read
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
                                  seeds=range(args.seeds),
-                                 methods=[_METHODS[m] for m in args.methods])
+                                 methods=[_METHODS[m] for m in args.methods],
+                                 read={**_read_options(args), "counts": corpus_read})
     print(f"{args.task}: test split, {len(results[0].predictions)} documents")
     print(format_table(results))
     if args.json is not None:
         atomic_write_json(args.json, {"command": " ".join(sys.argv),
+                                      "corpus_read": corpus_read or None,
                                       "results": [r.to_dict() for r in results]})
     return 0
 
@@ -695,9 +813,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise ValueError(f"--steps {args.steps}: pass a positive number of pretraining steps "
                          f"(or leave it out: {DEMO_STEPS})")
-    if not args.finetune_epochs > 0:
+    try:
+        FinetuneConfig(epochs=args.finetune_epochs)  # refused now, not after the pretraining
+    except ValueError:
         raise ValueError(f"--finetune-epochs {args.finetune_epochs:g}: pass a positive number "
-                         f"of fine-tuning epochs (fractions such as 0.5 work)")
+                         f"of fine-tuning epochs (fractions such as 0.5 work)") from None
     _check_threads(args.threads)
     check_demo_folder(out)
     with writing_into(out, "demo folder"):
@@ -708,6 +828,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Entry point: one error line and an exit code
+
+
+# The library's way round a file that is not UTF-8, and the end of its sentence.
+_ENCODING_KEYWORD = re.compile(r",? or pass errors='replace'( \(--encoding-errors replace\))?"
+                               r"[^;]*")
+
+
+def _encoding_hint(text: str, has_flag: bool) -> str:
+    """Return `text` with the library's errors='replace' as the command's flag, or, for a
+    command without --encoding-errors (finetune), without that advice."""
+    if has_flag:
+        return text.replace("pass errors='replace'", "pass --encoding-errors replace")
+    return _ENCODING_KEYWORD.sub(" (this command reads UTF-8 text only)", text)
 
 
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
@@ -729,7 +862,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 return COMMANDS[args.command](args)
             except ValueError as e:  # the library's keyword, in the words of the command line
-                text = str(e).replace("pass errors='replace'", "pass --encoding-errors replace")
+                text = _encoding_hint(str(e), hasattr(args, "encoding_errors"))
                 if text == str(e):
                     raise
                 raise ValueError(text) from None

@@ -87,7 +87,8 @@ class TrainConfig:
                                       "eval_interval", "eval_batches", "checkpoint_interval",
                                       "keep_checkpoints"),
                  "positive number": ("max_minutes", "lr", "eps", "grad_clip", "muon_lr"),
-                 "integer >= 0": ("seed", "log_interval", "warmup_steps")}
+                 "integer >= 0": ("seed", "log_interval", "warmup_steps"),
+                 "number >= 0": ("weight_decay",)}
         for kind, names in kinds.items():
             for name in names:
                 check_number("TrainConfig", name, getattr(self, name), kind,
@@ -100,8 +101,6 @@ class TrainConfig:
         for name in ("warmup_fraction", "min_lr_ratio"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"TrainConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "muon"),

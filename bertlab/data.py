@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,27 @@ class PairDraws:
 
     def __len__(self) -> int:
         return len(self.draws)
+
+
+# The most memory that draws of pairs built from Documents may take (they are all built before
+# the first step): beyond it they belong in shards on disk (`prepare --pair-draws K`).
+MAX_DRAWS_BYTES = 2 << 30
+_EXAMPLE_BYTES = 120  # an NspExample beside its token list: the object and its small fields
+
+
+def check_draws_fit(first: Sequence[NspExample], pair_draws: int) -> None:
+    """Raise ValueError when `pair_draws` draws of the size of `first` (draw 0) would take more
+    than `MAX_DRAWS_BYTES` of memory, naming the estimate, the most that fit and the fix."""
+    per_draw = sum(sys.getsizeof(e.input_ids) + _EXAMPLE_BYTES for e in first)
+    if per_draw * pair_draws <= MAX_DRAWS_BYTES:
+        return
+    fit = max(1, MAX_DRAWS_BYTES // max(per_draw, 1))
+    raise ValueError(f"pair_draws={pair_draws} (--pair-draws) would build {pair_draws} draws of "
+                     f"{len(first)} pairs in memory before the first step, about "
+                     f"{per_draw * pair_draws / 2**30:,.1f} GiB ({per_draw / 2**20:.1f} MiB "
+                     f"each); pass pair_draws <= {fit} (up to {MAX_DRAWS_BYTES / 2**30:g} GiB), "
+                     f"or write the draws to disk with prepare --pair-draws K and train on "
+                     f"those shards")
 
 
 class NspDataset(Dataset):
@@ -414,16 +436,20 @@ class EpochLoader(DataLoader):
     """A DataLoader whose passes move the epoch on: each `for batch in loader` is the next epoch.
 
     Takes what a DataLoader takes, plus `seed`: the data seed its order (and masks) come from,
-    which a training run records so a resume can check it (None: the dataset's `seed`, if any).
+    which a training run records so a resume can check it (None: the dataset's `seed`, if any),
+    and `pairs`: how its examples were built ("nsp", "sop" or "single"; None when not known),
+    so that `bertlab.pretraining.pretrain` can refuse a pair objective on other pairs.
     Before each pass the epoch (0, 1, 2, ...) goes to the dataset and the sampler (and a batch
     sampler), each that has `set_epoch`: `NspDataset` draws new masks (dynamic masking),
     `EpochShuffleSampler` a new order. `loader.set_epoch(e)` chooses the next pass's epoch
     (resuming, DDP).
     """
 
-    def __init__(self, dataset: Dataset, *args: Any, seed: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, dataset: Dataset, *args: Any, seed: int | None = None,
+                 pairs: str | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._data_seed = seed
+        self.pairs = pairs
         self._epoch = 0
         self._epoch_chosen = False  # set_epoch was called since the last pass began
         self._passes = 0
@@ -533,7 +559,11 @@ def pretraining_loader(
     collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
                                   pad_to_multiple_of=pad_to_multiple_of,
                                   return_word_ids=return_word_ids)
-    loading = dict(collate_fn=collate, num_workers=num_workers, pin_memory=pin_memory, seed=seed)
+    # Ready-made examples: how the caller built them is not known here (None).
+    first = None if isinstance(docs_or_examples, (str, Path)) else docs_or_examples[0]
+    built = pairs if first is None or isinstance(first, Document) else None
+    loading = dict(collate_fn=collate, num_workers=num_workers, pin_memory=pin_memory, seed=seed,
+                   pairs=built)
     if group_by_length:
         return EpochLoader(dataset, batch_sampler=_grouped_batches(
             dataset, batch_size, seed, group_by_length, shuffle=shuffle, drop_last=drop_last,
@@ -628,8 +658,11 @@ def _examples(
         if pair_draws in (None, 1):
             return build(chosen, tokenizer, seed=seed, **options)
         corpus = tokenize_corpus(chosen, tokenizer)  # once, for every draw
-        return PairDraws([build(corpus, tokenizer, seed=pair_draw_seed(seed, k), **options)
-                          for k in range(pair_draws)])
+        draws = [build(corpus, tokenizer, seed=pair_draw_seed(seed, 0), **options)]
+        check_draws_fit(draws[0], pair_draws)  # before the other draws are built, not after
+        draws += [build(corpus, tokenizer, seed=pair_draw_seed(seed, k), **options)
+                  for k in range(1, pair_draws)]
+        return PairDraws(draws)
     kind = type(items[0]).__name__ if items else "nothing"
     raise ValueError(f"pretraining_loader takes Documents, NspExamples or a shard folder (or "
                      f"SopExamples); got {kind}")

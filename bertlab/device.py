@@ -74,7 +74,7 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
 
 
 @contextlib.contextmanager
-def fast_math(device: torch.device, compile: bool) -> Iterator[None]:
+def fast_math(device: torch.device) -> Iterator[None]:
     """Set the process-wide switches a training run wants for the `with` block; restore them after.
 
     torch has these only as global flags, so the loop sets them once, here, and a caller's own
@@ -83,9 +83,9 @@ def fast_math(device: torch.device, compile: bool) -> Iterator[None]:
     - on CUDA, TF32 for matmuls and convolutions: what autocast leaves in fp32 runs on the
       tensor cores (a 10-bit mantissa, plenty for training).
 
-    `compile` is accepted for the switches a compiled run may want; there is none today: the
-    compiled MLM head has a fixed number of rows (`bertlab.pretraining.mlm_capacity`), so no
-    data-dependent shape needs dynamo's `capture_dynamic_output_shape_ops`.
+    A compiled run needs no switch of its own: the compiled MLM head has a fixed number of rows
+    (`bertlab.pretraining.mlm_capacity`), so no data-dependent shape needs dynamo's
+    `capture_dynamic_output_shape_ops`.
     """
     with contextlib.ExitStack() as stack:
         if device.type == "cuda":
@@ -164,13 +164,16 @@ def from_rank0(value: float, device: torch.device) -> float:
     return t.item()
 
 
-def close_distributed() -> None:
-    """Leave the process group together and close it (nothing to do in a single process).
+def close_distributed(together: bool = True) -> None:
+    """Leave the process group and close it (nothing to do in a single process).
 
     A process that exits while gloo's threads are still up can abort ("terminate called without
-    an active exception"). Call it only after success: a rank that failed has left already
-    (torchrun then stops the others), and a barrier would hang its partners forever.
+    an active exception"), so every way out closes the group. After success the ranks leave
+    `together` (a barrier first); a rank that failed passes together=False and closes its side
+    without waiting, since a barrier would hang it beside partners that are elsewhere (torchrun
+    then stops them).
     """
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if together:
+            dist.barrier()
         dist.destroy_process_group()

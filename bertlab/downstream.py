@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from torch import nn
 from bertlab.corpus import load_corpus
 from bertlab.document import SPLITS, Document
 from bertlab.model import BertModel
+from bertlab.records import row_format
 from bertlab.tokenizer import special_ids
 
 POOLINGS = ("pooled", "cls", "mean")  # which vector of the encoder a probe reads
@@ -46,9 +48,10 @@ class DownstreamTask:
     corpus: str
     description: str
 
-    def load(self) -> tuple[list[Document], list[str]]:
-        """Return the task's documents and their labels (aligned lists)."""
-        docs = load_corpus(self.corpus)
+    def load(self, read: Mapping[str, Any] | None = None) -> tuple[list[Document], list[str]]:
+        """Return the task's documents and their labels (aligned lists); `read`: `load_corpus`
+        keywords (a named corpus refuses fields: it has none)."""
+        docs = load_corpus(self.corpus, **(read or {}))
         return docs, [d.label for d in docs]
 
 
@@ -58,33 +61,49 @@ TASKS: dict[str, DownstreamTask] = {
 }
 
 
-def load_task(name: str | Path) -> tuple[list[Document], list[str]]:
-    """Return (documents, labels) of a downstream task: a named one such as "bbc-topic", or a
-    folder of labelled text, one sub-folder per label (each file's label is the folder it is
-    directly in, as `load_corpus` reads it). The documents keep their train/validation/test split.
+def load_task(name: str | Path, *, read: Mapping[str, Any] | None = None
+              ) -> tuple[list[Document], list[str]]:
+    """Return (documents, labels) of a downstream task: a named one such as "bbc-topic", a
+    folder of labelled text, one sub-folder per label (a file's label is the sub-folder of the
+    task folder it lies under, however deep, as `load_corpus` reads it), or a file of rows
+    (.jsonl, .csv, .tsv, .parquet) whose field "label" (or `read["label_field"]`) labels each
+    document. `read` holds `load_corpus`'s text_field, doc_field, label_field, on_bad_row and
+    counts.
+    The documents keep their train/validation/test split.
     """
     if isinstance(name, str) and name in TASKS:
         if Path(name).exists():
             raise ValueError(f"task '{name}' names both the built-in task and the "
                              f"{'folder' if Path(name).is_dir() else 'file'} ./{name} here; "
                              f"write ./{name} for yours")
-        return TASKS[name].load()
+        return TASKS[name].load(read)
     folder = Path(name)
+    if folder.is_file() and row_format(folder):
+        docs = load_corpus(folder, **{"label_field": "label", **(read or {})})
+        return _check_classes(name, docs), [d.label for d in docs]
     if not folder.is_dir():
         raise ValueError(f"task '{name}' is neither a known task ({', '.join(sorted(TASKS))}) "
                          f"nor a folder; pass a folder of labelled text: one sub-folder per "
-                         f"label, holding that label's .txt files")
-    docs = load_corpus(folder)
+                         f"label, holding that label's .txt files (or a .jsonl, .csv, .tsv or "
+                         f".parquet file with a label field)")
+    docs = load_corpus(folder, **(read or {}))
     loose = [d.id for d in docs if d.label is None]
     if loose:
         raise ValueError(f"task folder '{name}': {len(loose)} file(s) lie directly in it, with "
                          f"no label (e.g. {loose[0]}); put each file in a sub-folder named after "
                          f"its label")
+    return _check_classes(name, docs), [d.label for d in docs]
+
+
+def _check_classes(name: str | Path, docs: list[Document]) -> list[Document]:
+    """Return `docs`, or raise if their labels make fewer than two classes."""
     classes = sorted({d.label for d in docs})
     if len(classes) < 2:
-        raise ValueError(f"task folder '{name}' has one label ({classes[0]}); a classifier "
-                         f"needs at least two sub-folders of labelled text")
-    return docs, [d.label for d in docs]
+        what = "folder" if Path(name).is_dir() else "file"
+        fix = "sub-folders of labelled text" if what == "folder" else "labels among its rows"
+        raise ValueError(f"task {what} '{name}' has one label ({classes[0]}); a classifier "
+                         f"needs at least two {fix}")
+    return docs
 
 
 def sample_per_class(indices: Sequence[int], labels: Sequence[str], k: int | None,

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from torch import nn
 
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.data import EpochLoader, EpochShuffleSampler
-from bertlab.document import Document
+from bertlab.document import Document, split_documents
 from bertlab.downstream import (
     ClassificationResult,
     average_over_windows,
@@ -45,6 +46,7 @@ from bertlab.loading import load_model
 from bertlab.model import BertConfig
 from bertlab.tokenizer import check_tokenizer_fits
 from bertlab.train import Objective, TrainConfig, train_loop
+from bertlab.util import check_number
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
 
@@ -75,12 +77,15 @@ class FinetuneConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        if not self.epochs > 0:
-            raise ValueError(f"FinetuneConfig.epochs must be > 0, got {self.epochs!r}")
-        for name in ("min_steps", "batch_size", "max_chunks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"FinetuneConfig.{name} must be a positive integer, got {value!r}")
+        # Finite numbers only: epochs=inf would ask for infinitely many steps.
+        kinds = {"positive number": ("epochs", "lr"), "number >= 0": ("weight_decay",),
+                 "positive integer": ("min_steps", "batch_size", "max_chunks")}
+        for kind, names in kinds.items():
+            for name in names:
+                check_number("FinetuneConfig", name, getattr(self, name), kind)
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"FinetuneConfig.warmup_fraction must be in [0, 1), got "
+                             f"{self.warmup_fraction!r}")
         if self.max_seq_len < 3:
             raise ValueError(f"FinetuneConfig.max_seq_len={self.max_seq_len} leaves no room for "
                              f"text after [CLS] and [SEP]; use at least 3")
@@ -259,20 +264,33 @@ def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
 # Every method side by side
 
 
+def _check_task_splits(task: str | Path, docs: Sequence[Document], eval_split: str) -> None:
+    """Refuse a task with no training or no `eval_split` documents, in the user's words: the
+    documents are split by name, not by a field anyone set."""
+    counts = {name: len(part) for name, part in split_documents(docs).items()}
+    for name in ("train", eval_split):
+        if counts.get(name, 1) == 0:
+            raise ValueError(f"task '{task}' is too small: none of its {len(docs)} documents "
+                             f"falls in the {name} split (each document goes to train, "
+                             f"validation or test by a hash of its name, about 80/10/10); add "
+                             f"labelled documents, a few dozen per label or more")
+
+
 def compare_downstream(
     pretrained: nn.Module,
     tokenizer: Tokenizer,
-    task: str = "bbc-topic",
+    task: str | Path = "bbc-topic",
     *,
     config: FinetuneConfig | None = None,
     k_per_class: Sequence[int | None] = (None,),
     seeds: Sequence[int] = (0,),
     eval_split: str = "test",
     methods: Sequence[str] = METHODS,
+    read: Mapping[str, Any] | None = None,
 ) -> list[ClassificationResult]:
     """Return the results of fine-tuning, the [CLS] linear probe, TF-IDF and from-scratch
-    training on a named task, for each labels-per-class budget and seed (`format_table` prints
-    them side by side).
+    training on a task (`load_task`: a name, a labelled folder or a file of rows read with
+    `read`), for each labels-per-class budget and seed (`format_table` prints them side by side).
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
@@ -280,7 +298,10 @@ def compare_downstream(
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
     config = config or FinetuneConfig()
-    docs, labels = load_task(task)
+    check_tokenizer_fits(tokenizer, bert_encoder(pretrained).config.vocab_size,
+                         "compare_downstream")
+    docs, labels = load_task(task, read=read)
+    _check_task_splits(task, docs, eval_split)
     features = None
     if "linear probe" in methods:
         features = cls_features(pretrained, docs, tokenizer, max_seq_len=config.max_seq_len,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import pickle
 import re
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,13 @@ from tokenizers import Tokenizer
 from bertlab.classifier import BertForSequenceClassification
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
-from bertlab.util import atomic_write_folder, check_output_folder, describe_kind, folder_kind
+from bertlab.util import (
+    atomic_write_folder,
+    check_output_folder,
+    describe_kind,
+    folder_kind,
+    keep_entry,
+)
 
 # Our name -> transformers name, for everything but the fused attention projection (below).
 _EMBEDDINGS = {
@@ -355,7 +360,7 @@ def save_hf(
         for name, text in files.items():
             (folder / name).write_text(text, encoding="utf-8")
         for entry in kept:  # the user's own files come along into the new folder
-            (shutil.copytree if entry.is_dir() else shutil.copy2)(entry, folder / entry.name)
+            keep_entry(entry, folder / entry.name)
 
     return atomic_write_folder(out_dir, write)
 

@@ -60,7 +60,7 @@ class RunState:
     step: int = 0  # optimizer steps done
     epoch: int = 0  # the data position after the last step: its epoch...
     offset: int = 0  # ...and how many of that epoch's batches were used
-    tokens: int = 0  # tokens trained on, all processes together
+    tokens: int = 0  # positions fed to the model, padding included, all processes together
     elapsed_s: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
 
@@ -163,7 +163,7 @@ class RunHooks:
         cuda = [self.device] if self.device.type == "cuda" else []
         with hold_run_folder(self.out, self.resume, self.rank, self.world), \
                 interrupt_on_sigterm(), torch.random.fork_rng(devices=cuda), \
-                fast_math(self.device, self.compile):
+                fast_math(self.device):
             torch.manual_seed(self.config.seed + self.rank)
             try:
                 yield

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # The label of a position that is not predicted: cross-entropy's default ignore_index. The
-# masking names it (bertlab.masking.NOT_PREDICTED); the model, torch only, keeps torch's value.
+# masking names it too (bertlab.masking.IGNORE_INDEX); the model, torch only, keeps torch's value.
 NOT_PREDICTED = -100
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
@@ -70,6 +70,15 @@ class BertConfig:
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        # LayerNorm divides by sqrt(var + eps): eps <= 0 or NaN gives NaN logits; init draws
+        # N(0, initializer_range): NaN or inf weights before the first step.
+        for name, low, why in (("layer_norm_eps", "> 0", "BERT's is 1e-12"),
+                               ("initializer_range", ">= 0", "BERT's is 0.02")):
+            value = getattr(self, name)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and (value > 0 or low == ">= 0" and value == 0)):
+                raise ValueError(f"BertConfig.{name} must be a finite number {low}, got "
+                                 f"{value!r} ({why})")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id={self.pad_token_id} is outside the vocabulary "

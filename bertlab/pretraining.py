@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
 
 import torch
@@ -24,7 +24,7 @@ from torch import nn
 from bertlab.device import autocast_context, resolve_compile, resolve_device, to_device
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertForPreTraining, loss_counts, real_token_positions
-from bertlab.objectives import OBJECTIVES, check_objectives, pair_objective
+from bertlab.objectives import OBJECTIVES, SINGLE, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
 
@@ -53,9 +53,11 @@ def pretraining_counts(batch: Batch, *, target_share: float | None = None) -> di
 
 
 def target_share_bound(masking: MaskingConfig) -> float:
-    """Return a share of a batch's positions that its MLM targets never exceed, with margin: a
-    quarter above the masking rate, plus 2 points (whole words, and at least one per row, are
-    covered by `mlm_capacity`'s extra row per sequence)."""
+    """Return the share of a batch's positions a compiled run gives MLM rows: a quarter above
+    the masking rate, plus 2 points (whole words, and at least one per row, are covered by
+    `mlm_capacity`'s extra row per sequence). A statistical margin, not a bound: a small batch
+    can draw more targets than that (a compiled 1 x 8 batch at 15% does about 0.6% of the
+    time), and such a batch is refused with an error naming the fix."""
     return min(1.0, 1.25 * masking.mlm_probability + 0.02)
 
 
@@ -143,6 +145,11 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
 
     Taught in notebooks/05_pretraining.ipynb
     """
+    # A resume is checked against its checkpoint instead (the objectives, the data's digest),
+    # which names what the run was started with.
+    check_pretraining_loaders(train_loader, val_loader, config, objectives,
+                              vocab_size=getattr(getattr(model, "config", None), "vocab_size",
+                                                 None), pairs=not resume)
     # A compiled model gets a fixed number of MLM rows per batch shape (one graph, no nonzero),
     # sized from the training loader's masking rate when the loader says what it is.
     masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
@@ -163,6 +170,53 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
     finally:
         for p in idle:
             p.requires_grad_(True)
+
+
+_BUILT = {"nsp": "NSP pairs (IsNext/NotNext labels)", "sop": "sentence-order pairs (in order/"
+          "swapped labels)", SINGLE: "single segments ([CLS] text [SEP], no pair label)"}
+
+
+def check_loader_fits(loader: object, vocab_size: int, where: str) -> None:
+    """Raise ValueError when a bertlab loader's tokenizer has more tokens than a model of
+    `vocab_size` has rows: its ids would index past the embedding table."""
+    special = getattr(getattr(loader, "collate_fn", None), "special", None)
+    size = getattr(special, "vocab_size", None)
+    if size is not None and size > vocab_size:
+        raise ValueError(f"{where}: the loader's tokenizer has {size} tokens but the model's "
+                         f"vocabulary has {vocab_size}, so its ids run past the embedding "
+                         f"table; build the model with vocab_size=tokenizer.get_vocab_size() "
+                         f"({size}), or the loader with the model's own tokenizer")
+
+
+def check_pretraining_loaders(train_loader: Iterable[Batch],
+                              val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None,
+                              config: TrainConfig, objectives: Sequence[str] | str, *,
+                              vocab_size: int | None = None, pairs: bool = True) -> None:
+    """Raise ValueError, naming both sides and the fix, when the loaders cannot train
+    `objectives` with `config` as asked: fewer training examples than one global batch (every
+    step would be smaller than `config.batch_size` says), a pair objective on pairs of another
+    kind (a bertlab loader's `pairs`; other loaders are not checked for it; `pairs=False`
+    skips this), or, with the model's `vocab_size`, a tokenizer larger than the model's
+    vocabulary."""
+    names = check_objectives(objectives)
+    dataset = getattr(train_loader, "dataset", None)
+    if isinstance(dataset, Sized) and config.batch_size > len(dataset):
+        raise ValueError(f"batch_size={config.batch_size} is larger than the {len(dataset)} "
+                         f"training examples: every step would train on those {len(dataset)} "
+                         f"while the run records {config.batch_size}; pass a batch_size (the "
+                         f"CLI's --batch-size) of at most {len(dataset)}, or a larger corpus")
+    pair = pair_objective(names)
+    loaders = val_loader if isinstance(val_loader, dict) else {"validation": val_loader}
+    for role, loader in {"training": train_loader, **loaders}.items():
+        if vocab_size is not None:
+            check_loader_fits(loader, vocab_size, f"pretrain ({role} loader)")
+        built = getattr(loader, "pairs", None)
+        if not pairs or pair is None or built is None or built == pair:
+            continue
+        raise ValueError(f"objectives {','.join(names)}: {pair} trains the pair head on "
+                         f"{_BUILT[pair]}, but the {role} loader holds {_BUILT[built]}; build "
+                         f"the loaders with pairs={pair!r} (the recipe's loader_options() does), "
+                         f"or train objectives ('mlm',) alone")
 
 
 KINDS = ("mask", "random", "kept")  # what the model sees at a target: [MASK], another token, itself
@@ -189,7 +243,8 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     `mask_unigram_accuracy` (always the most frequent of them) and `mask_unigram_loss` (their
     unigram entropy, in nats), with `mask_targets`, how many [MASK] targets they count (the
     bar moves with the targets: another validation set, length or number of batches has another
-    most frequent target share). Then `nsp_loss` and `nsp_accuracy`, when the batches have pair
+    most frequent target share). Then `nsp_loss` and `nsp_accuracy` (`sop_*` when the
+    objectives train sentence order: the figures are named by the task), when the batches have pair
     labels (single segments, `bertlab.single`, have none) and the pair head was trained: with
     `objectives` that hold no pair objective (masked LM alone) they are left out, since an
     untrained head scores chance and that is not a result. Sums run over every
@@ -204,6 +259,8 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     Taught in notebooks/05_pretraining.ipynb
     """
     device = device or next(model.parameters()).device
+    if hasattr(model, "config"):
+        check_loader_fits(loader, model.config.vocab_size, "evaluate")
     mask_id = loader_mask_id(loader) if mask_id is None else mask_id
     if hasattr(loader, "set_epoch"):
         loader.set_epoch(0)
@@ -251,10 +308,12 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
         metrics["mask_targets"] = int(total["mask_n"])  # what the bar was measured on
     metrics.update({"mlm_loss": mlm_loss, "mlm_accuracy": total["mlm_correct"] / total["targets"],
                     "perplexity": math.exp(min(mlm_loss, 50.0))})
-    trained = objectives is None or pair_objective(check_objectives(objectives)) is not None
-    if total["sequences"] and trained:  # else no pair figure at all: not trained, or no pairs
-        metrics.update({"nsp_loss": total["nsp"] / total["sequences"],
-                        "nsp_accuracy": total["nsp_correct"] / total["sequences"]})
+    # Named by the task the head learned: nsp_* for NSP (and when the objectives are not said),
+    # sop_* for sentence order; no pair figure at all for masked LM alone, or without pairs.
+    pair = "nsp" if objectives is None else pair_objective(check_objectives(objectives))
+    if total["sequences"] and pair is not None:
+        metrics.update({f"{pair}_loss": total["nsp"] / total["sequences"],
+                        f"{pair}_accuracy": total["nsp_correct"] / total["sequences"]})
     return metrics
 
 

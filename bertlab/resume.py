@@ -282,14 +282,23 @@ class CheckpointSaver:
             path = self.save(state, rng)
         except KeyboardInterrupt:
             if self.out is not None:
-                newest = latest_checkpoint(self.out)
-                tqdm.write(f"{how}, then a second interrupt during the save: the checkpoint of "
-                           f"step {state['step']} was abandoned (no partial files are left); "
-                           f"the newest complete checkpoint on disk is {newest or 'none'}")
+                tqdm.write(self._second_interrupt(how, state["step"]))
             raise stop from None
         if self.out is not None:
             tqdm.write(f"{how} at step {state['step']}: checkpoint saved to {path}; continue "
                        f"with resume=True (--resume)")
+
+
+    def _second_interrupt(self, how: str, step: int) -> str:
+        # The second interrupt may land after this step's checkpoint was complete (while older
+        # ones were pruned), or the step may have had its periodic checkpoint already.
+        newest = latest_checkpoint(self.out)
+        if newest is not None and newest.name == f"step-{step:08d}":
+            return (f"{how}, then a second interrupt during the save: the checkpoint of step "
+                    f"{step} is complete at {newest}; continue with resume=True (--resume)")
+        return (f"{how}, then a second interrupt during the save: the checkpoint of step {step} "
+                f"was abandoned (no partial files are left); the newest complete checkpoint on "
+                f"disk is {newest or 'none'}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -102,6 +102,7 @@ def prepare_shards(
     reservoir_docs: int = 1000,
     batch_chars: int = 4_000_000,
     errors: str = "strict",
+    read: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
 
@@ -120,9 +121,10 @@ def prepare_shards(
     examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
     reservoir and one shard; long lines and huge documents are cut as the corpus is read
     (`bertlab.load_corpus`), and the summary and each meta.json count them under "corpus_read"
-    (long_lines_split, documents_split, folders_skipped). `errors` ("strict", "replace",
-    "ignore") says what to do with bytes that are not UTF-8. `tokenizer` may be a path to a
-    saved tokenizer.
+    (long_lines_split, documents_split, folders_skipped, hidden_skipped, bad_rows_skipped).
+    `errors` ("strict", "replace", "ignore") says what to do with bytes that are not UTF-8;
+    `read` (text_field, doc_field, on_bad_row) how a file of rows is read (`iter_corpus`).
+    `tokenizer` may be a path to a saved tokenizer.
 
     Everything is checked before anything is written: the settings, the corpus path, and
     `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
@@ -143,7 +145,7 @@ def prepare_shards(
     check_output_folder(out, "out_dir")
     _check_not_inside_corpus(out, corpus, "out_dir")
     counts: dict[str, int] = {}
-    docs = iter_documents(corpus, counts=counts, errors=errors)
+    docs = iter_documents(corpus, counts=counts, errors=errors, **(read or {}))
     names = list(splits) if splits is not None else [None]
     settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
                     dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
@@ -298,11 +300,11 @@ def prepare_command(
     out = Path(out)
     check_output_folder(out, "--out")
     _check_not_inside_corpus(out, corpus, "--out")
-    errors = options.get("errors", "strict")
+    errors, read = options.get("errors", "strict"), options.get("read") or {}
     if tokenizer is None:
-        tok = train_tokenizer(iter_documents(corpus, errors=errors), vocab_size=vocab_size)
+        tok = train_tokenizer(iter_documents(corpus, errors=errors, **read), vocab_size=vocab_size)
     else:
-        iter_documents(corpus, errors=errors)  # checks the corpus path before any work
+        iter_documents(corpus, errors=errors, **read)  # checks the corpus path before any work
         tok = load_tokenizer(tokenizer)
     return prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
 

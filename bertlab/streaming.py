@@ -23,19 +23,18 @@ from bertlab.tokenizer import encode_sentences, special_ids
 
 
 def iter_documents(
-    source: str | Path | Iterable[Document], *, counts: dict[str, int] | None = None,
-    errors: str = "strict",
+    source: str | Path | Iterable[Any], *, counts: dict[str, int] | None = None,
+    errors: str = "strict", **fields: Any,
 ) -> Iterator[Document]:
     """Return an iterator over Documents, one at a time, without reading the corpus into memory.
 
     `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
-    a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks); a
-    path is checked now, `counts` collects what reading it cut and `errors` says what to do with
-    bytes that are not UTF-8 (see `iter_corpus`).
+    a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks, rows
+    streamed a row at a time); a path is checked now, `counts` collects what reading it cut and
+    skipped, `errors` says what to do with bytes that are not UTF-8, and `fields` (text_field,
+    doc_field, label_field, on_bad_row) say how rows are read (see `iter_corpus`).
     """
-    if isinstance(source, (str, Path)):
-        return iter_corpus(source, counts=counts, errors=errors)
-    return iter(source)
+    return iter_corpus(source, counts=counts, errors=errors, **fields)
 
 
 class _PackedDoc:

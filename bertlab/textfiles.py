@@ -1,19 +1,25 @@
 """Your own text files as `Document`s, read in bounded memory: a folder of .txt files or one BERT-format file.
 
+Any of these files may be gzip-compressed (`name.txt.gz`); it is decompressed as it streams.
+
 Files are read in blocks; a line longer than `MAX_LINE_CHARS` is cut at sentence ends or spaces,
 and a document longer than `MAX_DOC_CHARS` is split into parts that keep the whole document's
 split. Each cut raises a warning naming the file and counts in `READ_COUNTS`; no text is dropped.
-Sub-folders holding bertlab's own output (runs, shards, exports) are skipped.
+Sub-folders holding bertlab's own output (runs, shards, exports) are skipped, and so are hidden
+files and folders (names starting with "."), each with a warning and a count. Links are followed;
+one that leads back into what is being read (a loop, or a second copy) is an error.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import gzip
 import os
 import warnings
+import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from bertlab.document import Document, split_of
 from bertlab.sentences import SENTENCE_END, paragraph_sentences, paragraphs, split_sentences
@@ -37,7 +43,8 @@ MAX_DOC_CHARS = 1_000_000
 # Files are read in blocks of this many bytes: large enough that the Python loop is cheap.
 _BLOCK_BYTES = 1 << 20
 # What `iter_corpus` counts into its `counts` dict.
-READ_COUNTS = ("long_lines_split", "documents_split", "folders_skipped")
+READ_COUNTS = ("long_lines_split", "documents_split", "folders_skipped", "hidden_skipped",
+               "bad_rows_skipped")
 # Sub-folders of a corpus folder that hold bertlab's own output, never training text.
 ARTEFACT_KINDS = ("run", "shards", "hf", "checkpoint")
 
@@ -52,6 +59,19 @@ def decode_utf8(data: bytes, name: str, errors: str, offset: int = 0) -> str:
             f"(bytes {data[exc.start:exc.start + 4]!r}); convert it to UTF-8, or pass "
             f"errors='replace' to load it with U+FFFD in place of the bad bytes"
         ) from None
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Return `path` opened for reading bytes, decompressed as it is read if its name ends in .gz."""
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rb")
+    return path.open("rb")
+
+
+def file_stem(path: Path) -> str:
+    """Return a file's name without its format suffix and a .gz after it ("news.jsonl.gz" -> "news")."""
+    name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
+    return Path(name).stem
 
 
 def _read_text(path: Path, errors: str) -> str:
@@ -69,7 +89,7 @@ def document_from_text(doc_id: str, raw: str, label: str | None, title_first_lin
     return Document(id=doc_id, text=body, sentences=split_sentences(body), label=label, title=title)
 
 
-def _document_part(
+def document_part(
     doc_id: str, part: int, sentences: list[str], text: str, label: str | None = None
 ) -> Document:
     """Return part `part` (1, 2, ...; 0 = the whole) of document `doc_id`, in the split of the whole."""
@@ -147,9 +167,13 @@ def _iter_lines(
     pending_cut = False  # pieces of the pending line were yielded already
     carry = b""  # the first bytes of a character that the block boundary split
     offset = 0  # where `carry` starts in the file
-    with path.open("rb") as handle:
+    with open_binary(path) as handle:
         while True:
-            block = handle.read(_BLOCK_BYTES)
+            try:
+                block = handle.read(_BLOCK_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:  # a damaged or cut-off .gz
+                raise ValueError(f"file '{path}' cannot be read ({exc}); if it is gzip-"
+                                 f"compressed, check that it is whole (`gzip -t`)") from None
             final = not block
             data = carry + block
             keep = 0 if final else _utf8_tail(data)
@@ -192,47 +216,98 @@ def _iter_lines(
                 return
 
 
-def _txt_files(folder: Path, skipped: list[str], counts: dict[str, int]) -> Iterator[Path]:
-    """Yield the .txt files under `folder` in sorted path order, skipping bertlab's own folders.
+@dataclass
+class _Walk:
+    """What walking a corpus folder met: bertlab folders and hidden names skipped, folders read."""
+
+    skipped: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    hidden_count: int = 0
+    read: dict[str, Path] = field(default_factory=dict)  # real path of each folder -> as read
+
+
+def _is_text_file(name: str) -> bool:
+    return name.endswith((".txt", ".txt.gz"))
+
+
+def _enter(path: Path, walk: _Walk) -> None:
+    """Note that folder `path` is read; raise if a link made it a folder that is read already."""
+    real = os.path.realpath(path)
+    if real in walk.read:
+        raise ValueError(
+            f"corpus folder: '{path}' leads to '{real}', which is already read as "
+            f"'{walk.read[real]}' (a link that loops back, or a second way to the same text, "
+            f"which would be read twice); remove the link or move the text"
+        )
+    walk.read[real] = path
+
+
+def _txt_files(folder: Path, walk: _Walk, counts: dict[str, int]) -> Iterator[Path]:
+    """Yield the .txt (and .txt.gz) files under `folder` in sorted path order, skipping some folders.
 
     The walk visits each folder's entries sorted by name, which is exactly the order of
-    `sorted(folder.rglob("*.txt"))`, without holding the whole tree's listing; like `rglob`, it
-    does not follow links to folders. A sub-folder that `folder_kind` recognises as a run,
-    shards, a Hugging Face export or a checkpoint is skipped with a warning: its files (docs.txt,
-    vocab.txt) are bertlab's output, and reading them back would make them training text.
+    `sorted(folder.rglob("*.txt"))`, without holding the whole tree's listing. Links to folders
+    and files are followed (`_enter` refuses one that loops); a link to nothing is an error.
+    Hidden entries (".ipynb_checkpoints", ".DS_Store") are skipped and counted. A sub-folder
+    that `folder_kind` recognises as a run, shards, a Hugging Face export or a checkpoint is
+    skipped with a warning: its files (docs.txt, vocab.txt) are bertlab's output, and reading
+    them back would make them training text.
     """
     with os.scandir(folder) as scan:
         entries = sorted(scan, key=lambda entry: os.path.normcase(entry.name))
     for entry in entries:
         path = Path(entry.path)
-        if entry.is_dir() and not entry.is_symlink():
+        if entry.name.startswith("."):
+            if len(walk.hidden) < 3:  # the first few are named, all are counted
+                walk.hidden.append(str(path))
+            walk.hidden_count += 1
+            counts["hidden_skipped"] += 1
+        elif entry.is_dir():
             kind = folder_kind(path)
             if kind in ARTEFACT_KINDS:
-                skipped.append(f"'{path}' ({describe_kind(kind)})")
+                walk.skipped.append(f"'{path}' ({describe_kind(kind)})")
                 counts["folders_skipped"] += 1
                 warnings.warn(f"corpus folder: skipped '{path}': it holds {describe_kind(kind)}, "
                               f"not text; move it out of the corpus folder to silence this",
                               stacklevel=2)
                 continue
-            yield from _txt_files(path, skipped, counts)
-        elif fnmatch.fnmatch(entry.name, "*.txt") and entry.is_file():
+            _enter(path, walk)
+            yield from _txt_files(path, walk, counts)
+        elif entry.is_symlink() and not path.exists():
+            raise ValueError(f"corpus folder: '{path}' is a link to '{os.readlink(path)}', which "
+                             f"does not exist; fix the link or delete it")
+        elif _is_text_file(entry.name) and entry.is_file():
             yield path
 
 
-def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[Document]:
-    """Yield one document per .txt file under `folder` (id: the relative path, label: the sub-folder).
+def _note_hidden(folder: Path, walk: _Walk) -> None:
+    if walk.hidden_count:
+        names = ", ".join(f"'{Path(p).relative_to(folder)}'" for p in walk.hidden)
+        more = f" and {walk.hidden_count - len(walk.hidden)} more" if walk.hidden_count > 3 else ""
+        warnings.warn(f"corpus folder '{folder}': skipped {walk.hidden_count} hidden file(s) or "
+                      f"folder(s) ({names}{more}): names starting with '.' are editor, notebook "
+                      f"or system files, not text; rename one without the '.' to read it",
+                      stacklevel=3)
 
-    A file of more than MAX_DOC_CHARS bytes streams and may come in parts (`_iter_long_file`).
-    A file without a sentence, and a folder without a .txt file, are errors.
+
+def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[Document]:
+    """Yield one document per .txt file under `folder` (id: the relative path without .txt).
+
+    The label of a file is the sub-folder of `folder` it lies under, however deep
+    (`tech/2004/a.txt` is labelled "tech"); a file directly in `folder` has none. A file of
+    more than MAX_DOC_CHARS bytes, and any .txt.gz, streams and may come in parts
+    (`_iter_long_file`). A file without a sentence, and a folder without a .txt file, are errors.
     """
-    skipped: list[str] = []
+    walk = _Walk()
+    _enter(folder, walk)
     found = False
-    for path in _txt_files(folder, skipped, counts):
+    for path in _txt_files(folder, walk, counts):
         found = True
-        rel = path.relative_to(folder).with_suffix("").as_posix()
-        label = path.parent.name if path.parent != folder else None
+        rel = (path.parent / file_stem(path)).relative_to(folder).as_posix()
+        label = rel.split("/", 1)[0] if "/" in rel else None
         report = _FileReport()
-        if path.stat().st_size <= MAX_DOC_CHARS:  # n bytes of UTF-8 are at most n characters
+        if not path.name.endswith(".gz") and path.stat().st_size <= MAX_DOC_CHARS:
+            # n bytes of UTF-8 are at most n characters
             docs: Iterable[Document] = [
                 document_from_text(rel, _read_text(path, errors), label, title_first_line=False)
             ]
@@ -246,11 +321,13 @@ def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[D
                 )
             yield doc
         _note_cuts(path, report, counts)
+    _note_hidden(folder, walk)
     if not found:
-        also = f" (skipped {', '.join(skipped)})" if skipped else ""
+        also = [*walk.skipped, *(f"'{p}' (hidden)" for p in walk.hidden)]
+        also_text = f" (skipped {', '.join(also)})" if also else ""
         raise ValueError(
-            f"corpus folder '{folder}' has no .txt files{also}; put one document per .txt file "
-            f"in it"
+            f"corpus folder '{folder}' has no .txt files{also_text}; put one document per .txt "
+            f"file in it"
         )
 
 
@@ -286,7 +363,7 @@ def _iter_long_file(
     for paragraph, use_zh in paragraphs(lines(), "auto", MAX_LINE_CHARS):
         if chars >= MAX_DOC_CHARS:
             part += 1
-            yield _document_part(rel, part, sentences, "\n".join(texts), label)
+            yield document_part(rel, part, sentences, "\n".join(texts), label)
             texts, sentences, chars = [], [], 0
             keep_raw = False
             raw_lines.clear()
@@ -295,11 +372,11 @@ def _iter_long_file(
         chars += len(paragraph)
     if part:
         report.documents_split += 1
-        yield _document_part(rel, part + 1, sentences, "\n".join(texts), label)
+        yield document_part(rel, part + 1, sentences, "\n".join(texts), label)
     elif keep_raw and not report.lines_cut:
         yield document_from_text(rel, "\n".join(raw_lines), label, title_first_line=False)
     else:
-        yield _document_part(rel, 0, sentences, "\n".join(texts), label)
+        yield document_part(rel, 0, sentences, "\n".join(texts), label)
 
 
 def iter_bert_file(path: Path, errors: str, counts: dict[str, int]) -> Iterator[Document]:
@@ -320,7 +397,7 @@ def iter_bert_file(path: Path, errors: str, counts: dict[str, int]) -> Iterator[
             if cut:  # a run of spaces inside a long line is not a document break
                 continue
             if sentences:
-                yield _document_part(f"{path.stem}/{index}", part + 1 if part else 0, sentences,
+                yield document_part(f"{file_stem(path)}/{index}", part + 1 if part else 0, sentences,
                                      "\n".join(sentences))
                 sentences, chars, index, part = [], 0, index + 1, 0
             continue
@@ -329,11 +406,11 @@ def iter_bert_file(path: Path, errors: str, counts: dict[str, int]) -> Iterator[
                 part += 1
                 if part == 1:
                     report.documents_split += 1
-                yield _document_part(f"{path.stem}/{index}", part, sentences, "\n".join(sentences))
+                yield document_part(f"{file_stem(path)}/{index}", part, sentences, "\n".join(sentences))
                 sentences, chars = [], 0
             sentences.append(sentence)
             chars += len(sentence)
     if sentences:
-        yield _document_part(f"{path.stem}/{index}", part + 1 if part else 0, sentences,
+        yield document_part(f"{file_stem(path)}/{index}", part + 1 if part else 0, sentences,
                              "\n".join(sentences))
     _note_cuts(path, report, counts)

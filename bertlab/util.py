@@ -20,6 +20,7 @@ import errno
 import glob
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -134,7 +135,7 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     so the folder never looks complete too early. A full disk raises an OSError (ENOSPC) that
     names `path`.
     """
-    path = Path(path)
+    path = through_link(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_dead_writers(path)
     # mkdir, not mkdtemp: the folder gets the usual permissions (mkdtemp's are owner-only).
@@ -149,6 +150,33 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
         for stale in path.parent.glob(f".*{STAGING_SUFFIX}"):
             shutil.rmtree(stale, ignore_errors=True)
     return path
+
+
+def through_link(path: Path) -> Path:
+    """Return where a symbolic link at `path` leads (or `path` itself, when it is no link), so
+    that writing there keeps the user's link a link; a link that loops is a ValueError."""
+    if not path.is_symlink():
+        return path
+    try:
+        return path.resolve(strict=True)
+    except FileNotFoundError:  # a link to a folder not made yet: it is made where the link says
+        return Path(os.path.realpath(path))
+    except (RuntimeError, OSError):  # a loop: RuntimeError before Python 3.13, ELOOP after
+        raise ValueError(f"'{path}' is a symbolic link that loops (it leads back to itself: "
+                         f"{os.readlink(path)!r}); remove it, or pass another folder (nothing "
+                         f"was written)") from None
+
+
+def keep_entry(entry: Path, to: Path) -> None:
+    """Copy a file or folder of the user's to `to` as it is: a symbolic link stays a link (its
+    target is neither copied nor followed), also inside a folder, so a link to a large folder
+    costs nothing and a link that loops back into its own folder is copied as the link it is."""
+    if entry.is_symlink():
+        os.symlink(os.readlink(entry), to, target_is_directory=entry.is_dir())
+    elif entry.is_dir():
+        shutil.copytree(entry, to, symlinks=True)
+    else:
+        shutil.copy2(entry, to)
 
 
 def _owner() -> str:
@@ -197,6 +225,8 @@ def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_
     try:
         write(staging)
         for item in sorted(staging.rglob("*"), reverse=True):  # files before their folders
+            if item.is_symlink():  # a link of the user's: its target is not ours to touch
+                continue
             if item.is_file():
                 item.chmod(_FILE_MODE)  # some writers (safetensors) leave files owner-only
             fsync_path(item)
@@ -237,25 +267,30 @@ def _signals_deferred() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # Checking settings
 
+# A number setting is finite: inf or NaN would train nothing, or train into NaN, silently.
 _NUMBER_KINDS = {
     "positive integer": lambda v: isinstance(v, int) and v > 0,
     "integer >= 0": lambda v: isinstance(v, int) and v >= 0,
-    "positive number": lambda v: isinstance(v, (int, float)) and v > 0,
+    "positive number": lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+    "number >= 0": lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v >= 0,
 }
 
 
 def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool = False) -> None:
     """Raise a ValueError naming `owner.name`, `kind` and `value` unless `value` is of `kind`.
 
-    `kind` is "positive integer", "integer >= 0" or "positive number" (a bool is none of them);
-    None passes when `none_ok`. E.g. "TrainConfig.lr must be a positive number, got -1.0".
+    `kind` is "positive integer", "integer >= 0", "positive number" or "number >= 0" (a bool is
+    none of them; a number is finite, never inf or NaN); None passes when `none_ok`. E.g.
+    "TrainConfig.lr must be a positive number, got -1.0".
     """
     if value is None and none_ok:
         return
     if isinstance(value, bool) or not _NUMBER_KINDS[kind](value):
         article = "an" if kind[0] in "aeiou" else "a"
+        finite = ("; inf and NaN are not settings" if isinstance(value, float)
+                  and not math.isfinite(value) else "")
         raise ValueError(f"{owner}.{name} must be {article} {kind}"
-                         f"{' or None' if none_ok else ''}, got {value!r}")
+                         f"{' or None' if none_ok else ''}, got {value!r}{finite}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,6 +349,10 @@ def check_output_folder(path: str | Path, flag: str, accept: tuple[str, ...] = (
         if parent.exists() and not parent.is_dir():
             raise ValueError(f"{flag} {path}: {parent} is a file, not a folder; choose a path "
                              f"under a folder")
+    try:
+        through_link(path)  # a link is written through; one that loops is refused here
+    except ValueError as e:
+        raise ValueError(f"{flag} {e}") from None
     kind = folder_kind(path)
     if kind in ("missing", "empty") or kind in accept:
         return kind

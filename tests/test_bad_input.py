@@ -27,6 +27,7 @@ import bertlab.pretraining as pretraining_mod
 from bertlab.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
 from bertlab.cli import COMMANDS, main
 from bertlab.corpus import load_corpus
+from bertlab.document import split_of
 from bertlab.hf import load_hf, save_hf
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
 
@@ -79,6 +80,20 @@ def world(tmp_path_factory) -> dict[str, str]:
         text = doc.text.replace("the", "th\xe9") if i == 3 else doc.text
         (paths["latin1"] / f"doc{i:02d}.txt").write_bytes(
             text.encode("cp1252" if i == 3 else "utf-8"))
+    for name in ("small_task", "latin1_task"):  # two labels; no test document / a cp1252 file
+        paths[name] = root / name.replace("_", "-")
+        for label in ("business", "sport"):
+            (paths[name] / label).mkdir(parents=True)
+            ids = [f"{label}{i}" for i in range(60) if split_of(f"{label}/{label}{i}") == "train"]
+            for i, stem in enumerate(ids[:3] if name == "small_task" else ids[:12]):
+                text = docs[i].text.replace("the", "th\xe9") if label == "sport" and i == 1 \
+                    else docs[i].text
+                coding = "cp1252" if name == "latin1_task" and text != docs[i].text else "utf-8"
+                (paths[name] / label / f"{stem}.txt").write_bytes(text.encode(coding))
+    paths["few_docs"] = root / "few-docs"  # a few dozen pairs: fewer than --recipe gpu's batch
+    paths["few_docs"].mkdir()
+    for i, doc in enumerate(docs[:8]):
+        (paths["few_docs"] / f"doc{i}.txt").write_text(doc.text, encoding="utf-8")
     paths["one_doc"] = root / "one-doc"
     paths["one_doc"].mkdir()
     (paths["one_doc"] / "a.txt").write_text(docs[0].text, encoding="utf-8")
@@ -105,10 +120,31 @@ def world(tmp_path_factory) -> dict[str, str]:
     paths["run_bad_json"] = _copy(run, root / "run-bad-json")
     text = (run / "run.json").read_text()
     (paths["run_bad_json"] / "run.json").write_text(text[: len(text) // 2])  # a cut-off write
-    paths["jsonl"] = root / "notes.jsonl"
-    paths["jsonl"].write_text('{"text": "The market fell. Shares dropped."}\n' * 20)
-    paths["csv"] = root / "reviews.csv"
-    paths["csv"].write_text("id,text\n1,The film was long. I liked it.\n" * 20)
+    paths["json"] = root / "notes.json"  # one JSON document, not rows
+    paths["json"].write_text(json.dumps([{"text": d.text} for d in docs[:20]]))
+    rows = [json.dumps({"text": d.text}) + "\n" for d in docs[:20]]
+    good_rows = "".join(rows)
+    paths["jsonl_bad"] = root / "notes.jsonl"  # record 3 is cut off
+    paths["jsonl_bad"].write_text("".join(rows[:2]) + rows[2][:40] + "\n" + "".join(rows[3:]))
+    paths["csv"] = root / "reviews.csv"  # the text is under "body"
+    paths["csv"].write_text("id,body\n" + "".join(f'{i},"{d.sentences[0]}"\n'
+                                                   for i, d in enumerate(docs[:20])))
+    paths["gz_bad"] = root / "notes.jsonl.gz"  # named .gz, but not gzip
+    paths["gz_bad"].write_text(good_rows)
+    paths["pages"] = root / "pages.jsonl"  # page "a" comes back after page "b"
+    paths["pages"].write_text("".join(json.dumps({"page": p, "text": d.text}) + "\n"
+                                      for p, d in zip("aabba", docs[:5], strict=True)))
+    paths["reviews"] = root / "reviews.jsonl"  # a task of rows, labelled under "label"
+    paths["reviews"].write_text("".join(json.dumps({"text": d.text, "label": d.label}) + "\n"
+                                        for d in docs[:40]))
+    paths["reviews_null"] = root / "reviews-null-label.jsonl"  # record 4 has no label
+    paths["reviews_null"].write_text("".join(json.dumps({"text": d.text, "label": None if i == 3
+                                                         else d.label}) + "\n"
+                                             for i, d in enumerate(docs[:40])))
+    paths["rows_empty"] = root / "rows-empty-text.csv"  # record 2's text is blank
+    paths["rows_empty"].write_text("text\nA first row. Two sentences.\n\"   \"\nLast row.\n")
+    paths["loop_corpus"] = _copy(corpus, root / "corpus-with-a-loop")
+    (paths["loop_corpus"] / "again").symlink_to(paths["loop_corpus"], target_is_directory=True)
     paths["hf_big_tok"] = _copy(hf, root / "hf-big-tokenizer")
     shutil.copy(tok_400, paths["hf_big_tok"] / "tokenizer.json")
     paths["hf_no_weights"] = _copy(hf, root / "hf-no-weights", drop="model.safetensors")
@@ -117,7 +153,10 @@ def world(tmp_path_factory) -> dict[str, str]:
     for name, text in [("hf_bad_json", '{"vocab_size": 300,\n "hidden_size": }'),
                        ("hf_no_key", json.dumps({k: v for k, v in config.items()
                                                  if k != "hidden_size"})),
-                       ("hf_wrong_type", json.dumps(config | {"num_hidden_layers": "two"}))]:
+                       ("hf_wrong_type", json.dumps(config | {"num_hidden_layers": "two"})),
+                       ("hf_bad_eps", json.dumps(config | {"layer_norm_eps": -1e-12})),
+                       ("hf_nan_init", json.dumps(config | {"initializer_range": float("nan")})),
+                       ("hf_negative_init", json.dumps(config | {"initializer_range": -0.02}))]:
         paths[name] = _copy(hf, root / name.replace("_", "-"))
         (paths[name] / "config.json").write_text(text)
 
@@ -256,13 +295,52 @@ CASES = [
     ("pretrain-resume-grouped-on-an-ungrouped-run",
      "pretrain --corpus {corpus} --out {run} --resume TINY --group-by-length 4",
      ["group_by_length 0", "has 4", "--group-by-length"]),
+    # a validation set that is not one
+    ("pretrain-validate-also-neither-length-nor-shards",
+     "pretrain --corpus {corpus} --out {root}/new TINY --validate-also {other}",
+     ["--validate-also {other}", "neither a token length", "shard folder"]),
+    ("pretrain-validate-also-the-runs-own-length",
+     "pretrain --corpus {corpus} --out {root}/new TINY --validate-also 64",
+     ["--validate-also 64", "the run's own validation pairs"]),
+    ("pretrain-validate-also-a-length-on-shards",
+     "pretrain --corpus {shards} --out {root}/new TINY --validate-also 32",
+     ["--validate-also 32", "shard folder", "prepare --max-seq-len 32"]),
     ("pretrain-resume-run-json-cut-off",
      "pretrain --corpus {corpus} --out {run_bad_json} --resume TINY",
      ["{run_bad_json}/run.json", "not valid JSON", "new run"]),
     # files whose syntax is not text
-    ("pretrain-corpus-jsonl", "pretrain --corpus {jsonl} --out {root}/new TINY",
-     ["{jsonl}", "JSON Lines file", ".txt"]),
-    ("prepare-corpus-csv", "prepare --corpus {csv} --out {root}/new", ["{csv}", "CSV file", ".txt"]),
+    ("pretrain-corpus-json", "pretrain --corpus {json} --out {root}/new TINY",
+     ["{json}", "JSON file", "JSON Lines", ".txt"]),
+    # issue 39: rows (JSON Lines, CSV, TSV, Parquet)
+    ("pretrain-corpus-jsonl-bad-row", "pretrain --corpus {jsonl_bad} --out {root}/new TINY",
+     ["{jsonl_bad}", "record 3 (line 3: ", "is not valid JSON", "--on-bad-row skip"]),
+    ("prepare-corpus-csv-without-the-text-field", "prepare --corpus {csv} --out {root}/new",
+     ["{csv}", "no field 'text' (--text-field)", "'id', 'body'", "pass --text-field"]),
+    ("prepare-corpus-gz-that-is-not-gzip", "prepare --corpus {gz_bad} --out {root}/new",
+     ["{gz_bad}", "cannot be read", "gzip"]),
+    ("prepare-doc-field-value-comes-back",
+     "prepare --corpus {pages} --out {root}/new --doc-field page",
+     ["{pages}", "record 5", "page='a' (--doc-field) again", "put the rows of each document together"]),
+    ("prepare-text-field-on-a-folder", "prepare --corpus {corpus} --out {root}/new --text-field body",
+     ["--text-field body", "'{corpus}' is a folder of .txt files, which has no fields"]),
+    ("pretrain-doc-field-on-a-txt-file",
+     "pretrain --corpus {corpus}/doc00.txt --out {root}/new TINY --doc-field id",
+     ["--doc-field id", "BERT-format text file, which has no fields"]),
+    ("finetune-task-rows-without-the-label-field",
+     "finetune {run} --task {reviews} --methods tf-idf --label-field topic",
+     ["{reviews}", "no field 'topic' (--label-field)", "'text', 'label'"]),
+    ("finetune-task-row-with-a-null-label", "finetune {run} --task {reviews_null} --methods tf-idf",
+     ["{reviews_null}", "record 4 (line 4: ", "holds null in field 'label', not a string",
+      "--on-bad-row skip"]),
+    ("prepare-corpus-row-with-an-empty-text", "prepare --corpus {rows_empty} --out {root}/new",
+     ["{rows_empty}", "record 2 (line 3: '\"   \"')", "has an empty field 'text'"]),
+    ("pretrain-text-field-on-shards", "pretrain --corpus {shards} --out {root}/new TINY --text-field body",
+     ["--text-field body", "--corpus {shards} holds prepared shards", "pass these flags to prepare"]),
+    ("finetune-text-field-on-a-named-task", "finetune {run} --methods tf-idf --text-field body",
+     ["--text-field body", "corpus 'bbc' is a built-in corpus, which has no fields"]),
+    # issue 37: a labelled folder read wrongly
+    ("prepare-corpus-folder-with-a-link-loop", "prepare --corpus {loop_corpus} --out {root}/new",
+     ["{loop_corpus}/again' leads to", "already read as '{loop_corpus}'", "remove the link"]),
     # a device this machine does not have
     ("pretrain-device-mps-missing", "pretrain --corpus {corpus} --out {root}/new TINY --device mps",
      ["device='mps'", "not available here"]),
@@ -402,7 +480,81 @@ CASES = [
     ("demo-into-other-files", "demo --out {other}", ["--out {other}", "notes.txt"]),
     ("demo-into-a-run", "demo --out {run}", ["--out {run}", "pretraining run"]),
     ("demo-out-is-a-file", "demo --out {file}", ["--out {file}", "is a file"]),
+    # issue 37: a setting silently ignored, or reported as another problem
+    ("pretrain-batch-larger-than-the-corpus",
+     "pretrain --corpus {corpus} --out {root}/new TINY --batch-size 100000",
+     ["batch_size=100000 is larger than the", "training examples", "--batch-size"]),
+    ("pretrain-gpu-recipe-batch-larger-than-the-corpus",
+     "pretrain --corpus {few_docs} --out {root}/new --recipe gpu --max-steps 2 --device cpu "
+     "--vocab-size 300 --max-seq-len 64 --pair-draws 1 --no-progress",
+     ["batch_size=256 is larger than the", "training examples", "--batch-size"]),
+    ("pretrain-eps-inf", "pretrain --corpus {corpus} --out {root}/new TINY --eps inf",
+     ["--eps must be a positive number", "inf"]),
+    ("pretrain-minutes-inf", "pretrain --corpus {corpus} --out {root}/new TINY --minutes inf",
+     ["--max-minutes must be a positive number or None", "inf"]),
+    ("pretrain-weight-decay-nan",
+     "pretrain --corpus {corpus} --out {root}/new TINY --weight-decay nan",
+     ["--weight-decay must be a number >= 0", "nan"]),
+    ("pretrain-muon-lr-inf",
+     "pretrain --corpus {corpus} --out {root}/new TINY --optimizer muon --muon-lr inf",
+     ["--muon-lr must be a positive number", "inf"]),
+    ("pretrain-pair-draws-beyond-memory",
+     "pretrain --corpus {corpus} --out {root}/new TINY --pair-draws 100000",
+     ["pair_draws=100000 (--pair-draws)", "in memory before the first step", "GiB",
+      "prepare --pair-draws K"]),
+    ("finetune-epochs-inf", "finetune {run} --methods tf-idf --epochs inf",
+     ["--epochs must be a positive number", "inf"]),
+    ("demo-finetune-epochs-inf", "demo --out {root}/new --finetune-epochs inf",
+     ["--finetune-epochs inf", "positive number"]),
+    ("finetune-task-too-small-to-split", "finetune {run} --task {small_task} --methods tf-idf",
+     ["task '{small_task}' is too small", "none of its 6 documents", "test split",
+      "add labelled documents"]),
+    ("fill-mask-config-negative-layer-norm-eps", "fill-mask {hf_bad_eps} 'the [MASK] fell'",
+     ["{hf_bad_eps}/config.json", "layer_norm_eps must be a finite number > 0", "-1e-12"]),
+    ("fill-mask-config-nan-initializer-range", "fill-mask {hf_nan_init} 'the [MASK] fell'",
+     ["{hf_nan_init}/config.json", "initializer_range must be a finite number >= 0", "nan"]),
+    ("fill-mask-config-negative-initializer-range",
+     "fill-mask {hf_negative_init} 'the [MASK] fell'",
+     ["{hf_negative_init}/config.json", "initializer_range", "-0.02"]),
 ]
+
+
+def test_parquet_without_pyarrow_names_the_extra(world, capsys, monkeypatch):
+    # Not a CASE: whether pyarrow is installed is the machine's; here its import is made to fail.
+    path = Path(world["root"]) / "rows.parquet"
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    try:
+        path.write_bytes(b"PAR1")
+        before = snapshot(world["root"])
+        assert main(["prepare", "--corpus", str(path), "--out", f"{world['root']}/new"]) == 2
+        assert_one_clear_error(capsys.readouterr().err, [str(path), "Parquet file", "pyarrow",
+                                                         "pip install bertlab[parquet]"])
+        assert_unchanged(before, snapshot(world["root"]))
+    finally:
+        path.unlink()
+
+
+def test_finetune_does_not_suggest_a_flag_it_lacks(world, capsys):
+    # prepare and pretrain have --encoding-errors; finetune reads its task as UTF-8 only.
+    before = snapshot(world["root"])
+    assert main(["finetune", world["run"], "--task", world["latin1_task"],
+                 "--methods", "tf-idf"]) == 2
+    err = capsys.readouterr().err
+    assert_one_clear_error(err, ["sport1.txt", "not valid UTF-8", "convert it to UTF-8",
+                                 "reads UTF-8 text only"])
+    assert "--encoding-errors" not in err and "errors='replace'" not in err, err
+    assert_unchanged(before, snapshot(world["root"]))
+
+
+def test_a_refusal_once_the_process_group_is_up_closes_it(world, capsys, monkeypatch):
+    # Under torchrun a rank that leaves without closing its group can abort the process.
+    import bertlab.cli as cli
+    closed: list[bool] = []
+    monkeypatch.setattr(cli, "close_distributed", lambda together=True: closed.append(together))
+    assert main(expand("pretrain --corpus {corpus} --out {run} TINY", world)) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert closed == [False]  # closed without a barrier: the other ranks may be elsewhere
 
 
 @pytest.mark.parametrize("command, fragments", [pytest.param(c, f, id=i) for i, c, f in CASES])
@@ -588,36 +740,42 @@ def test_kill_9_five_times_leaves_loadable_checkpoints_and_an_exact_run(world, s
     _assert_same_weights(_weights(out), straight_run)
 
 
-def test_a_second_interrupt_during_the_save_abandons_it_and_says_so(world, tmp_path, capsys,
-                                                                   monkeypatch):
+@pytest.mark.parametrize("steps_before, said_then", [
+    # Ctrl-C before step 5: the checkpoint of step 4 is on disk already, and says so.
+    (0, "the checkpoint of step 4 is complete at {ckpt4}; continue with resume=True"),
+    # Ctrl-C after step 5: its checkpoint is abandoned; step 4's is the newest complete one.
+    (1, "checkpoint of step 5 was abandoned (no partial files are left); the newest complete "
+        "checkpoint on disk is {ckpt4}"),
+])
+def test_a_second_interrupt_during_the_save_says_what_is_complete_on_disk(
+        world, tmp_path, capsys, monkeypatch, steps_before, said_then):
     out = tmp_path / "run"
     assert main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "4",
                  "--checkpoint-interval", "2", *SMALL]) == 0
     capsys.readouterr()
-    real = checkpoint_mod._write_checkpoint_files
-    state = {"calls": 0}
+    real_write, real_loss = checkpoint_mod._write_checkpoint_files, pretraining_mod.pretraining_loss
+    calls = {"loss": 0}
 
-    def ctrl_c_twice(tmp, *args):
-        state["calls"] += 1
-        if state["calls"] == 1:  # the first Ctrl-C, between two steps
-            raise KeyboardInterrupt
-        real(tmp, *args)  # the save it triggers is half written when the second one comes
+    def half_written_then_ctrl_c(tmp, *args):  # the save is half written when the second comes
+        real_write(tmp, *args)
         raise KeyboardInterrupt
 
-    def first_interrupt_then_save(model, batch, totals, **_):
-        ctrl_c_twice(None)
+    def ctrl_c_after(model, batch, totals, **kwargs):  # the first Ctrl-C, between two steps
+        calls["loss"] += 1
+        if calls["loss"] > steps_before:
+            monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files",
+                                half_written_then_ctrl_c)
+            raise KeyboardInterrupt
+        return real_loss(model, batch, totals, **kwargs)
 
-    monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files", ctrl_c_twice)
-    monkeypatch.setattr(pretraining_mod, "pretraining_loss", first_interrupt_then_save)
+    monkeypatch.setattr(pretraining_mod, "pretraining_loss", ctrl_c_after)
     before = _assert_every_checkpoint_loads(out)
     code = main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "8",
                  "--checkpoint-interval", "2", "--resume", *SMALL])
     said = capsys.readouterr()
     assert code == 130, said.err
     assert "second interrupt during the save" in said.out
-    assert "checkpoint of step 4 was abandoned" in said.out
-    assert f"newest complete checkpoint on disk is {out / 'checkpoints' / 'step-00000004'}" \
-        in said.out
+    assert said_then.format(ckpt4=out / "checkpoints" / "step-00000004") in said.out, said.out
     monkeypatch.undo()
     assert _assert_every_checkpoint_loads(out) == before
     assert not any(p.name.startswith(".") for p in (out / "checkpoints").iterdir())
@@ -712,6 +870,41 @@ def test_overwriting_an_export_keeps_the_users_files_and_refuses_foreign_weights
     with pytest.raises(ValueError, match="pytorch_model.bin: weights that this export would not"):
         save_hf(load_hf(hf), None, hf)
     assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_overwriting_an_export_keeps_the_users_links_as_links(world, tmp_path):
+    # A link to a 20 MB folder came back as a 20 MB copy; a link looping back into the export
+    # copied the export into itself until a RecursionError.
+    hf = Path(shutil.copytree(world["hf"], tmp_path / "hf"))
+    data = tmp_path / "big-data"
+    data.mkdir()
+    (data / "eval.jsonl").write_text("{}\n")
+    os.chmod(data / "eval.jsonl", 0o600)
+    (hf / "data").symlink_to(data)
+    (hf / "card.md").symlink_to("../card-source.md")  # relative, and not there yet: kept too
+    (hf / "loop").symlink_to(hf)
+    (hf / "notes").mkdir()
+    (hf / "notes" / "up").symlink_to("..")  # a loop inside a folder of the user's
+    assert main(["export-hf", world["run"], str(hf), "--overwrite"]) == 0
+    assert os.readlink(hf / "data") == str(data) and os.readlink(hf / "loop") == str(hf)
+    assert os.readlink(hf / "card.md") == "../card-source.md"
+    assert os.readlink(hf / "notes" / "up") == ".."
+    assert (hf / "data" / "eval.jsonl").stat().st_mode & 0o777 == 0o600  # target untouched
+    assert sorted(p.name for p in data.iterdir()) == ["eval.jsonl"]
+    assert load_hf(hf) is not None
+    # The export folder itself a link: the export goes where it leads, and the link stays.
+    (tmp_path / "hf-link").symlink_to(hf)
+    assert main(["export-hf", world["run"], str(tmp_path / "hf-link"), "--overwrite"]) == 0
+    assert os.readlink(tmp_path / "hf-link") == str(hf) and load_hf(hf) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big-data", "hf", "hf-link"]
+
+
+def test_an_export_onto_a_looping_link_is_refused(world, tmp_path, capsys):
+    (tmp_path / "loop").symlink_to("loop")
+    assert main(["export-hf", world["run"], str(tmp_path / "loop")]) == 2
+    assert_one_clear_error(capsys.readouterr().err, [f"'{tmp_path / 'loop'}'", "loops",
+                                                     "nothing was written"])
+    assert [p.name for p in tmp_path.iterdir()] == ["loop"] and (tmp_path / "loop").is_symlink()
 
 
 def test_a_corpus_name_that_is_also_a_folder_here_is_refused_naming_both(world, tmp_path,

@@ -299,8 +299,9 @@ def test_sop_from_the_command_line_resumes_exactly_and_keeps_its_objectives(corp
                  "--resume", *sop]) == 0
     rows = [json.loads((run / "history.json").read_text())[-1] for run in (straight, cut)]
     assert rows[0]["step"] == rows[1]["step"] == 6
-    for key in ("train_loss", "val_mlm_loss", "val_nsp_accuracy", "val_nsp_loss"):
+    for key in ("train_loss", "val_mlm_loss", "val_sop_accuracy", "val_sop_loss"):
         assert rows[0][key] == rows[1][key], key  # bit for bit
+    assert not any(key.startswith("val_nsp") for key in rows[0])  # named by the task it learned
 
 
 def test_objectives_flags_are_checked_before_anything_is_written(corpus, tmp_path, capsys):
@@ -366,3 +367,71 @@ def test_finetune_reads_a_folder_of_labelled_text(corpus, tmp_path, capsys):
     (task / "loose.txt").write_text("No label. None at all.\n")
     assert main(["finetune", str(run), "--task", str(task), "--methods", "tf-idf"]) == 2
     assert "lie directly in it" in capsys.readouterr().err
+
+
+def test_validate_also_adds_a_history_column_set_per_length(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(out), "--max-steps", "3",
+                 "--validate-also", "32", *SMALL]) == 0
+    history = json.loads((out / "history.json").read_text())
+    assert [row["step"] for row in history] == [0, 3]
+    for row in history:  # the run's own 64-token pairs, and the same documents cut at 32
+        assert row["val_mask_targets"] > row["val_32_mask_targets"] > 0
+    shards = tmp_path / "shards32"
+    assert main(["prepare", "--corpus", str(corpus), "--out", str(shards), "--max-seq-len", "32",
+                 "--tokenizer", str(out / "tokenizer.json")]) == 0
+    again = tmp_path / "again"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(again), "--max-steps", "3",
+                 "--tokenizer", str(out / "tokenizer.json"), "--validate-also", str(shards),
+                 *SMALL]) == 0
+    rows = json.loads((again / "history.json").read_text())
+    assert rows[0]["val_32_mask_targets"] > 0  # the shards' validation split, at their length
+
+
+def test_the_first_line_says_what_the_run_trains_not_the_recipes_defaults():
+    def first_line(*flags: str) -> str:
+        args = build_parser().parse_args(["pretrain", "--out", "unused", *flags])
+        return cli._recipe_line(cli._pretrain_settings(args, cli.Path(args.corpus)))
+
+    course = recipe("course")
+    assert first_line() == f"recipe: course (40% masked, MLM only, muon); {course.summary}"
+    sop = first_line("--objectives", "mlm,sop")
+    assert sop.startswith("recipe: course (40% masked, MLM + SOP, muon); ")
+    assert "MLM only" not in sop and "--objectives mlm,sop in place of its own" in sop
+    changed = first_line("--recipe", "gpu", "--batch-size", "64", "--mlm-probability", "0.2")
+    assert "the gpu recipe with --mlm-probability 0.2, --batch-size 64 in place" in changed
+
+
+def test_rows_through_pretrain_and_finetune_with_their_flags(tmp_path, capsys):
+    import csv
+    import gzip
+    docs = load_corpus("bbc")
+    chosen = [d for d in docs if d.label == "sport"][:40] + [d for d in docs if d.label == "tech"][:40]
+    rows = tmp_path / "articles.jsonl.gz"
+    with gzip.open(rows, "wt", encoding="utf-8") as handle:
+        for doc in chosen[:40]:
+            for sentence in doc.sentences:
+                handle.write(json.dumps({"article": doc.id, "body": sentence}) + "\n")
+        handle.write('{"article": "x", "body": ""}\n')  # a bad row, skipped and counted
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(rows), "--out", str(run), "--max-steps", "2",
+                 "--text-field", "body", "--doc-field", "article", "--on-bad-row", "skip",
+                 *SMALL]) == 0
+    err = capsys.readouterr().err
+    assert "warning: corpus" in err and "skipped 1 bad row(s)" in err and "record " in err
+    settings = json.loads((run / "run.json").read_text())
+    assert settings["corpus_read"]["bad_rows_skipped"] == 1
+    assert settings["args"]["doc_field"] == "article"
+    task = tmp_path / "topics.csv"
+    with open(task, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["topic", "story"])
+        writer.writerows([d.label, d.text] for d in chosen)
+    capsys.readouterr()
+    with open(task, "a", encoding="utf-8") as handle:
+        handle.write("tech\n")  # a row without its story: skipped, and the --json says so
+    assert main(["finetune", str(run), "--task", str(task), "--methods", "tf-idf",
+                 "--text-field", "story", "--label-field", "topic", "--device", "cpu",
+                 "--on-bad-row", "skip", "--json", str(tmp_path / "r.json")]) == 0
+    assert f"{task}: test split" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["corpus_read"]["bad_rows_skipped"] == 1

@@ -289,7 +289,8 @@ def test_long_bert_format_line_is_cut_into_sentences_and_nothing_is_dropped(tmp_
     assert {d.split for d in docs} == {split_of("dump/0")}
     assert max(len(s) for d in docs for s in d.sentences) <= MAX_LINE_CHARS
     assert all(sum(map(len, d.sentences)) <= MAX_DOC_CHARS + MAX_LINE_CHARS for d in docs)
-    assert counts == {"long_lines_split": 1, "documents_split": 1, "folders_skipped": 0}
+    assert counts == {"long_lines_split": 1, "documents_split": 1, "folders_skipped": 0,
+                      "hidden_skipped": 0, "bad_rows_skipped": 0}
 
 
 def test_long_line_without_spaces_is_cut_at_the_budget(tmp_path):
@@ -391,3 +392,288 @@ def test_bertlab_output_inside_a_corpus_folder_is_not_read_as_text(tmp_path):
     with pytest.warns(UserWarning, match="skipped"), \
             pytest.raises(ValueError, match=r"has no \.txt files \(skipped '.*hf' \(a Hugging Face"):
         list(iter_corpus(only))
+
+
+# --------------------------------------------------------------------------------------------
+# Rows: JSON Lines, CSV, TSV, Parquet, iterables (bertlab.records)
+
+# Three documents: a comma and quotes (CSV quoting), a paragraph break (a multi-line field).
+ROW_TEXTS = [
+    'Stocks fell on Monday. "Sell," said one trader, and many did.',
+    "The match ended late.\n\nFans went home happy. The coach did not.",
+    "One short note.",
+]
+
+
+def _row_docs(docs: list[Document]) -> list[tuple[str, list[str]]]:
+    return [(d.text, d.sentences) for d in docs]
+
+
+def _write_csv(path, rows: list[dict], delimiter: str = ",") -> None:
+    import csv
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_rows_read_as_the_same_documents_as_txt_files(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for i, text in enumerate(ROW_TEXTS):
+        (folder / f"{i}.txt").write_text(text, encoding="utf-8")
+    expected = _row_docs(load_corpus(folder))
+    rows = [{"id": str(i), "text": t} for i, t in enumerate(ROW_TEXTS)]
+    (tmp_path / "news.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
+                                         encoding="utf-8")
+    _write_csv(tmp_path / "news.csv", rows)
+    _write_csv(tmp_path / "news.tsv", rows, delimiter="\t")
+    assert '"The match ended late.\n\nFans' in (tmp_path / "news.csv").read_text()  # quoted, multi-line
+    for name in ("news.jsonl", "news.csv", "news.tsv"):
+        docs = load_corpus(tmp_path / name)
+        assert _row_docs(docs) == expected, name
+        assert [d.id for d in docs] == ["news/0", "news/1", "news/2"]
+    # An iterable of strings or of dicts (a datasets.Dataset iterates as dicts) reads the same.
+    assert _row_docs(load_corpus(ROW_TEXTS)) == expected
+    assert _row_docs(load_corpus(iter(rows), text_field="text")) == expected
+
+
+def test_gzipped_files_read_as_the_plain_ones(tmp_path):
+    import gzip
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "zipped").mkdir()
+    files = {"news.jsonl": "".join(json.dumps({"text": t}) + "\n" for t in ROW_TEXTS),
+             "bert.txt": "First sentence.\nSecond one.\n\nAnother document.\n",
+             "doc.txt": ROW_TEXTS[1]}
+    for name, text in files.items():
+        (tmp_path / "plain" / name).write_text(text, encoding="utf-8")
+        with gzip.open(tmp_path / "zipped" / f"{name}.gz", "wt", encoding="utf-8") as handle:
+            handle.write(text)
+    for name in ("news.jsonl", "bert.txt"):
+        plain, zipped = load_corpus(tmp_path / "plain" / name), load_corpus(tmp_path / "zipped" / f"{name}.gz")
+        assert [(d.id, d.sentences) for d in zipped] == [(d.id, d.sentences) for d in plain]
+    # In a folder, a .txt.gz is a document like a .txt (the .jsonl is not a folder document).
+    assert [(d.id, d.text, d.sentences) for d in load_corpus(tmp_path / "zipped")] == \
+        [(d.id, d.text, d.sentences) for d in load_corpus(tmp_path / "plain")]
+
+
+def test_doc_field_joins_consecutive_rows_and_refuses_a_key_that_comes_back(tmp_path):
+    rows = [{"url": "a", "p": "First paragraph. Still a."}, {"url": "a", "p": "Second of a."},
+            {"url": 7, "p": "Only b."}]
+    path = tmp_path / "pages.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    docs = load_corpus(path, text_field="p", doc_field="url")
+    assert [(d.id, d.sentences) for d in docs] == [
+        ("pages/a", ["First paragraph.", "Still a.", "Second of a."]), ("pages/7", ["Only b."])]
+    assert docs[0].text == "First paragraph. Still a.\nSecond of a."
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*rows, rows[0]]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"record 4 \(line 4: .*url='a' \(--doc-field\) again, "
+                                         r"after rows of other documents; put the rows"):
+        load_corpus(path, text_field="p", doc_field="url")
+
+
+def test_a_long_document_of_rows_comes_in_parts_in_one_split(tmp_path, monkeypatch):
+    from bertlab import records
+    monkeypatch.setattr(records, "MAX_DOC_CHARS", 50)
+    rows = [{"k": "book", "text": f"Sentence number {i} of the book."} for i in range(6)]
+    docs = load_corpus(rows, doc_field="k")
+    assert [d.id for d in docs] == ["rows/book#1", "rows/book#2", "rows/book#3"]
+    assert {d.split for d in docs} == {split_of("rows/book")}
+    assert [s for d in docs for s in d.sentences] == [r["text"] for r in rows]
+
+
+BAD_ROWS = [
+    ("not-json", '{"text": "broken', "record 2 (line 3: '{\"text\": \"broken') is not valid JSON"),
+    ("number", '{"text": 42}', "holds a number in field 'text', not a string"),
+    ("null", '{"text": null}', "holds null in field 'text', not a string"),
+    ("empty", '{"text": "   "}', "has an empty field 'text'"),
+    ("no-field", '{"body": "Hi."}', "has no field 'text' (--text-field); its fields are 'body'"),
+    ("list", '["Hi."]', "is a JSON list, not an object"),
+]
+
+
+@pytest.mark.parametrize("line, message", [pytest.param(b, m, id=i) for i, b, m in BAD_ROWS])
+def test_a_bad_row_is_an_error_naming_it_or_is_skipped_and_counted(tmp_path, line, message):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(f'{{"text": "Good row. Two sentences."}}\n\n{line}\n{{"text": "Last."}}\n',
+                    encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(message) + ".*--on-bad-row skip"):
+        load_corpus(path)
+    counts: dict[str, int] = {}
+    with pytest.warns(UserWarning, match="skipped 1 bad row.*the first: record 2"):
+        docs = list(iter_corpus(path, on_bad_row="skip", counts=counts))
+    assert [d.id for d in docs] == ["rows/0", "rows/2"]  # ids do not shift past a skipped row
+    assert counts["bad_rows_skipped"] == 1
+
+
+def test_a_csv_row_with_too_many_fields_is_a_bad_row(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("id,text\n1,Fine.\n2,Commas, unquoted.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"record 2 \(line 3: '2,Commas, unquoted.'\) has 3 "
+                                         r"fields where the header has 2"):
+        load_corpus(path)
+
+
+def test_a_missing_text_field_lists_the_fields_found(tmp_path):
+    _write_csv(tmp_path / "r.csv", [{"id": "1", "body": "Text."}])
+    (tmp_path / "r.jsonl").write_text('{"id": 1, "body": "Text."}\n', encoding="utf-8")
+    for name in ("r.csv", "r.jsonl"):
+        with pytest.raises(ValueError, match=r"has no field 'text' \(--text-field\); the fields "
+                                             r"it has are 'id', 'body': pass --text-field"):
+            load_corpus(tmp_path / name)
+    assert load_corpus(tmp_path / "r.csv", text_field="body")[0].sentences == ["Text."]
+    with pytest.raises(ValueError, match=r"has no field 'topic' \(--doc-field\)"):
+        load_corpus(tmp_path / "r.csv", text_field="body", doc_field="topic")
+
+
+def test_fields_for_a_source_without_rows_and_bad_settings_are_refused(tmp_path):
+    (tmp_path / "a.txt").write_text("Text.", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"--text-field body: corpus '.*' is a folder of \.txt "
+                                         r"files, which has no fields"):
+        load_corpus(tmp_path, text_field="body")
+    with pytest.raises(ValueError, match="--label-field topic: corpus 'bbc' is a built-in"):
+        load_corpus("bbc", label_field="topic")
+    with pytest.raises(ValueError, match=r"on_bad_row='drop' \(--on-bad-row\); use 'error'"):
+        load_corpus(["Text."], on_bad_row="drop")
+    with pytest.raises(ValueError, match=r"record 1 \('Text.'\) is a string, which has no fields"):
+        load_corpus(["Text."], doc_field="k")
+    with pytest.raises(ValueError, match=r"record 2 \('3'\) is a number; pass strings, or mappings"):
+        load_corpus(["Text.", 3])
+    (tmp_path / "d.json").write_text('{"text": "x"}', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"is a JSON file.*JSON Lines"):
+        load_corpus(tmp_path / "d.json")
+
+
+def test_a_dataset_like_object_loads_without_bertlab_knowing_it(tmp_path):
+    class Dataset:  # what datasets.Dataset offers: len, and iteration as dicts
+        def __len__(self) -> int:
+            return 2
+
+        def __iter__(self):
+            yield {"text": "A first review. It was fine.", "label": 1}
+            yield {"text": "A second one.", "label": 0}
+
+    docs = load_corpus(Dataset(), label_field="label")
+    assert [(d.id, d.label, d.sentences) for d in docs] == [
+        ("rows/0", "1", ["A first review.", "It was fine."]), ("rows/1", "0", ["A second one."])]
+
+
+def test_parquet_without_pyarrow_names_the_extra(tmp_path, monkeypatch):
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ValueError, match=r"rows\.parquet' is a Parquet file.*needs the optional "
+                                         r"package pyarrow.*pip install bertlab\[parquet\]"):
+        load_corpus(path)
+
+
+def test_parquet_rows_read_as_the_jsonl_ones(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    table = pa.table({"id": [0, 1, 2], "body": ROW_TEXTS, "topic": ["a", "b", "a"]})
+    pq.write_table(table, tmp_path / "news.parquet")
+    docs = load_corpus(tmp_path / "news.parquet", text_field="body", label_field="topic")
+    assert _row_docs(docs) == _row_docs(load_corpus(ROW_TEXTS))
+    assert [d.label for d in docs] == ["a", "b", "a"]
+    with pytest.raises(ValueError, match=r"no field 'text' \(--text-field\); the fields it has "
+                                         r"are 'id', 'body', 'topic'"):
+        load_corpus(tmp_path / "news.parquet")
+    pq.write_table(pa.table({"text": ["Fine.", None]}), tmp_path / "nulls.parquet")
+    with pytest.raises(ValueError, match=r"record 2 \(\"\{'text': None\}\"\) holds null in field 'text'"):
+        load_corpus(tmp_path / "nulls.parquet")
+
+
+# --------------------------------------------------------------------------------------------
+# Folders: labels, hidden files, links
+
+
+def test_a_label_is_the_top_sub_folder_however_deep_the_file(tmp_path):
+    for rel in ("tech/2004/a.txt", "tech/b.txt", "sport/2005/x/c.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("Some text here.", encoding="utf-8")
+    assert [(d.id, d.label) for d in load_corpus(tmp_path)] == [
+        ("sport/2005/x/c", "sport"), ("tech/2004/a", "tech"), ("tech/b", "tech")]
+
+
+def test_hidden_files_and_folders_are_skipped_counted_and_said(tmp_path):
+    (tmp_path / "tech").mkdir()
+    (tmp_path / "tech" / "a.txt").write_text("Real text.", encoding="utf-8")
+    (tmp_path / "tech" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "tech" / ".ipynb_checkpoints" / "a-checkpoint.txt").write_text("Old.", encoding="utf-8")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    (tmp_path / ".hidden.txt").write_text("Secret.", encoding="utf-8")
+    counts: dict[str, int] = {}
+    with pytest.warns(UserWarning, match=r"skipped 3 hidden file\(s\) or folder\(s\) "
+                                         r"\('.hidden.txt', '.ipynb_checkpoints', "
+                                         r"'tech/.ipynb_checkpoints'\)"):
+        docs = list(iter_corpus(tmp_path, counts=counts))
+    assert [(d.id, d.label) for d in docs] == [("tech/a", "tech")]
+    assert counts["hidden_skipped"] == 3
+
+
+def test_links_are_followed_and_a_loop_or_a_broken_link_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "b.txt").write_text("Linked text.", encoding="utf-8")
+    corpus = tmp_path / "corpus"
+    (corpus / "tech").mkdir(parents=True)
+    (corpus / "tech" / "a.txt").write_text("Own text.", encoding="utf-8")
+    (corpus / "sport").symlink_to(outside, target_is_directory=True)
+    (corpus / "tech" / "more").symlink_to(outside / "b.txt".replace("b.txt", ""),
+                                          target_is_directory=True)
+    with pytest.raises(ValueError, match=r"'.*tech/more' leads to '.*outside', which is already "
+                                         r"read as '.*sport'.*remove the link"):
+        load_corpus(corpus)
+    (corpus / "tech" / "more").unlink()
+    (corpus / "tech" / "c.txt").symlink_to(outside / "b.txt")
+    assert [(d.id, d.label) for d in load_corpus(corpus)] == [
+        ("sport/b", "sport"), ("tech/a", "tech"), ("tech/c", "tech")]
+    (corpus / "tech" / "loop").symlink_to(corpus, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"loop.* leads to .*already read as"):
+        load_corpus(corpus)
+    (corpus / "tech" / "loop").unlink()
+    (corpus / "tech" / "gone.txt").symlink_to(tmp_path / "nothing.txt")
+    with pytest.raises(ValueError, match=r"gone\.txt' is a link to '.*nothing\.txt', which does "
+                                         r"not exist"):
+        load_corpus(corpus)
+
+
+def test_a_mapping_or_a_non_iterable_is_not_read_as_rows(tmp_path):
+    with pytest.raises(ValueError, match=r"a dict of 1 key\(s\) \('text'...\) is a mapping.*"
+                                         r"dataset\['train'\]"):
+        load_corpus({"text": ["A.", "B."]})
+    with pytest.raises(ValueError, match=r"corpus 42: pass a corpus name, a path, or an iterable"):
+        load_corpus(42)
+
+
+def test_damaged_gzip_and_long_csv_fields_are_named(tmp_path):
+    (tmp_path / "cut.txt.gz").write_bytes(b"\x1f\x8b\x08\x00not really gzip")
+    with pytest.raises(ValueError, match=r"cut\.txt\.gz' cannot be read .*gzip -t"):
+        load_corpus(tmp_path / "cut.txt.gz")
+    (tmp_path / "cut.jsonl.gz").write_bytes(b"plain text")
+    with pytest.raises(ValueError, match=r"cut\.jsonl\.gz' cannot be read .*gzip -t"):
+        load_corpus(tmp_path / "cut.jsonl.gz")
+    (tmp_path / "long.csv").write_text("text\n" + '"' + "word " * 30_000 + '"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2 to line 2 holds a field longer than the csv "
+                                         r"module's limit .*JSON Lines"):
+        load_corpus(tmp_path / "long.csv")
+
+
+def test_rows_that_are_not_utf8_are_named_or_replaced(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"text": "Price: \xa35. Cheap."}\n')
+    with pytest.raises(ValueError, match=r"latin1\.jsonl' is not valid UTF-8 at byte offset 17 "
+                                         r".*errors='replace'"):
+        load_corpus(path)
+    path.with_suffix(".csv").write_bytes(b'text\n"Price: \xa35. Cheap."\n')
+    with pytest.raises(ValueError, match=r"latin1\.csv' is not valid UTF-8 \(bytes b'\\xa35"):
+        load_corpus(path.with_suffix(".csv"))
+    assert load_corpus(path, errors="replace")[0].sentences == ["Price: \ufffd5.", "Cheap."]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_field(tmp_path):
+    (tmp_path / "excel.csv").write_bytes("\ufefftext,id\nSaved by a spreadsheet.,1\n".encode())
+    (tmp_path / "bom.jsonl").write_bytes('\ufeff{"text": "Saved with a BOM."}\n'.encode())
+    assert load_corpus(tmp_path / "excel.csv")[0].sentences == ["Saved by a spreadsheet."]
+    assert load_corpus(tmp_path / "bom.jsonl")[0].sentences == ["Saved with a BOM."]

@@ -26,6 +26,7 @@ from bertlab.downstream import (
 )
 from bertlab.finetune import (
     FinetuneConfig,
+    compare_downstream,
     finetune_classifier,
     format_table,
     from_scratch,
@@ -262,6 +263,27 @@ def test_unknown_task_and_bad_settings_are_refused(corpus, tok):
         FinetuneConfig(max_seq_len=2)
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"epochs": float("inf")}, "epochs must be a positive number, got inf"),
+    ({"epochs": float("nan")}, "epochs must be a positive number, got nan"),
+    ({"lr": float("inf")}, "lr must be a positive number, got inf"),
+    ({"weight_decay": float("nan")}, "weight_decay must be a number >= 0, got nan"),
+    ({"warmup_fraction": 1.0}, r"warmup_fraction must be in \[0, 1\)"),
+])
+def test_finetune_settings_are_finite(settings, message):
+    # epochs=inf asked for infinitely many steps: a traceback from the step count.
+    with pytest.raises(ValueError, match=message):
+        FinetuneConfig(**settings)
+
+
+def test_a_model_smaller_than_its_tokenizer_is_refused(tok, small_config):
+    smaller = BertForPreTraining(dataclasses.replace(small_config,
+                                                     vocab_size=small_config.vocab_size - 10))
+    with pytest.raises(ValueError, match=rf"compare_downstream: the tokenizer has "
+                                         rf"{tok.get_vocab_size()} tokens"):
+        compare_downstream(smaller, tok, methods=["linear probe"], config=FAST)
+
+
 # ---------------------------------------------------------------------------------------------
 # Export
 
@@ -293,3 +315,30 @@ def test_cli_finetune_refuses_bad_arguments_clearly(capsys, tmp_path):
     assert "whole numbers or 'all'" in capsys.readouterr().err
     assert main(["finetune", str(tmp_path)]) == 2  # an empty folder is not a model
     assert "neither a run folder" in capsys.readouterr().err
+
+
+def test_a_task_folder_labels_by_its_top_sub_folders_and_skips_hidden_ones(tmp_path):
+    for rel in ("tech/2004/a.txt", "tech/2005/b.txt", "sport/c.txt",
+                "sport/.ipynb_checkpoints/c-checkpoint.txt", ".ipynb_checkpoints/x.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("A short text. Two sentences.", encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"skipped 2 hidden"):
+        docs, labels = load_task(tmp_path)
+    assert [d.id for d in docs] == ["sport/c", "tech/2004/a", "tech/2005/b"]
+    assert labels == ["sport", "tech", "tech"]
+
+
+def test_a_task_of_rows_reads_its_label_field(tmp_path):
+    import json
+    path = tmp_path / "reviews.jsonl"
+    rows = [{"review": f"Review {i}. It was {'good' if i % 2 else 'bad'}.",
+             "stars": "pos" if i % 2 else "neg"} for i in range(10)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    docs, labels = load_task(path, read={"text_field": "review", "label_field": "stars"})
+    assert labels == [r["stars"] for r in rows] and docs[1].sentences == ["Review 1.", "It was good."]
+    with pytest.raises(ValueError, match=r"has no field 'label' \(--label-field\); the fields it "
+                                         r"has are 'review', 'stars'"):
+        load_task(path, read={"text_field": "review"})
+    path.write_text("".join(json.dumps(r | {"stars": "pos"}) + "\n" for r in rows), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"task file '.*reviews.jsonl' has one label \(pos\)"):
+        load_task(path, read={"text_field": "review", "label_field": "stars"})

@@ -77,6 +77,18 @@ def test_bad_configs_are_refused_with_a_reason():
         BertConfig.from_dict({**small_config().to_dict(), "hidden_act": "relu"})
 
 
+@pytest.mark.parametrize("name, value", [
+    ("layer_norm_eps", 0.0), ("layer_norm_eps", -1e-12), ("layer_norm_eps", float("nan")),
+    ("layer_norm_eps", float("inf")), ("initializer_range", -0.02),
+    ("initializer_range", float("nan")), ("initializer_range", float("inf")),
+])
+def test_numerics_settings_must_be_finite_and_in_range(name, value):
+    # eps <= 0 or NaN gave NaN logits; a NaN or negative init range, a traceback or NaN weights.
+    with pytest.raises(ValueError, match=rf"BertConfig\.{name} must be a finite number"):
+        small_config(**{name: value})
+    assert small_config(initializer_range=0.0).initializer_range == 0.0
+
+
 # --- counts -------------------------------------------------------------------------------------
 
 def test_parameter_counts_from_config_match_the_model():

@@ -252,3 +252,53 @@ def test_sop_trains_the_pair_head_and_resumes_exactly(docs, tok, tmp_path):
 def test_the_loop_objective_is_named_by_its_list():
     assert pretraining_objective(("mlm", "sop")).name == "mlm,sop"
     assert pretraining_objective().name == "mlm,nsp"
+
+
+def test_a_pair_objective_on_other_pairs_is_refused_before_any_step(docs, tok):
+    # The SOP head trained on IsNext/NotNext labels learned another task without a word.
+    config = TrainConfig(max_steps=2, batch_size=8, progress=False, device="cpu")
+    nsp = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, pairs="nsp")
+    sop = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, pairs="sop")
+    single = pretraining_loader(_reviews(), tok, split=None, batch_size=8, max_seq_len=32,
+                                pairs="single")
+    assert (nsp.pairs, sop.pairs, single.pairs) == ("nsp", "sop", "single")
+    model = _tiny(tok)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"objectives mlm,sop: sop trains the pair head on "
+                                         r"sentence-order pairs .* the training loader holds "
+                                         r"NSP pairs .* pairs='sop'"):
+        pretrain(model, nsp, None, config, objectives=("mlm", "sop"))
+    with pytest.raises(ValueError, match=r"the validation loader holds NSP pairs"):
+        pretrain(model, sop, nsp, config, objectives="mlm,sop")
+    with pytest.raises(ValueError, match=r"mlm,nsp: nsp .* training loader holds single "
+                                         r"segments .* train objectives \('mlm',\) alone"):
+        pretrain(model, single, None, config, objectives=("mlm", "nsp"))
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    # Ready-made examples say nothing of how they were built: not checked.
+    given = pretraining_loader(create_sop_examples(docs, tok, max_seq_len=64, seed=0), tok,
+                               split=None, batch_size=8)
+    assert given.pairs is None
+
+
+def test_a_batch_larger_than_the_training_examples_is_refused(tok):
+    loader = pretraining_loader(_reviews(10), tok, split=None, batch_size=16, max_seq_len=32,
+                                pairs="single")
+    with pytest.raises(ValueError, match=r"batch_size=16 is larger than the 10 training "
+                                         r"examples.*at most 10"):
+        pretrain(_tiny(tok), loader, None, TrainConfig(max_steps=2, batch_size=16,
+                                                       progress=False, device="cpu"),
+                 objectives=("mlm",))
+
+
+def test_a_model_smaller_than_the_loaders_tokenizer_is_refused(docs, tok):
+    # Its ids would index past the embedding table: a raw IndexError from inside the model.
+    small = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.get_vocab_size() - 100,
+                                                 hidden_size=32, intermediate_size=64,
+                                                 max_position_embeddings=64))
+    train = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64)
+    message = rf"tokenizer has {tok.get_vocab_size()} tokens but the model's vocabulary has 400"
+    with pytest.raises(ValueError, match=rf"pretrain \(training loader\): the loader's {message}"):
+        pretrain(small, train, None, TrainConfig(max_steps=1, batch_size=8, progress=False,
+                                                 device="cpu"))
+    with pytest.raises(ValueError, match=rf"evaluate: the loader's {message}"):
+        evaluate(small, train, 1)

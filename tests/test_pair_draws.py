@@ -146,3 +146,22 @@ def test_bad_pair_draws_are_refused_with_the_fix(setup, tmp_path):
         PairDraws([examples, []])
     with pytest.raises(ValueError, match="word_ids belong to one set"):
         NspDataset(PairDraws([examples, examples]), word_ids=[[None]] * len(examples))
+
+
+def test_draws_beyond_memory_are_refused_before_they_are_built(setup, monkeypatch):
+    # --pair-draws 100000 built every draw before step 1: no output while memory grew.
+    tok, docs = setup
+    built = []
+    real = bl.data.pair_builder("nsp")
+    monkeypatch.setattr(bl.data, "pair_builder", lambda pairs: lambda *a, **k: (
+        built.append(k["seed"]), real(*a, **k))[1])
+    with pytest.raises(ValueError, match=r"pair_draws=100000 \(--pair-draws\) would build "
+                                         r"100000 draws of \d+ pairs in memory before the first "
+                                         r"step, about [\d,.]+ GiB .*pass pair_draws <= \d+ .*"
+                                         r"prepare --pair-draws K"):
+        pretraining_loader(docs, tok, split=None, max_seq_len=64, pair_draws=100_000)
+    assert built == [pair_draw_seed(0, 0)]  # draw 0 only, to measure one draw
+    monkeypatch.setattr(bl.data, "MAX_DRAWS_BYTES", 1)
+    with pytest.raises(ValueError, match=r"pass pair_draws <= 1 "):
+        pretraining_loader(docs, tok, split=None, max_seq_len=64, pair_draws=2)
+    assert pretraining_loader(docs, tok, split=None, max_seq_len=64).dataset.pair_draws == 1

@@ -190,7 +190,7 @@ TOP = ("cli", "__main__", "__init__")  # may import the library and the course
 # listed before it.
 LAYERS = (
     "util", "errors",                                                        # helpers
-    "document", "sentences", "textfiles", "corpus", "wordpiece", "tokenizer",  # 01 text
+    "document", "sentences", "textfiles", "records", "corpus", "wordpiece", "tokenizer",  # 01 text
     "draws", "masking",                                                      # 02 masking
     "nsp", "sop", "single", "objectives", "streaming", "shards", "data",               # 03 pairs, batches
     "model", "classifier", "sizes", "hf",                                    # 04 encoder

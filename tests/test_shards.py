@@ -164,7 +164,8 @@ def test_prepare_cuts_a_long_line_and_keeps_all_of_it(tok, tmp_path):
         summary = prepare_shards(corpus, tok, tmp_path / "out", splits=None, max_seq_len=64)
     meta = summary["splits"]["all"]
     assert summary["corpus_read"] == {"long_lines_split": 1, "documents_split": 1,
-                                      "folders_skipped": 0}
+                                      "folders_skipped": 0, "hidden_skipped": 0,
+                                      "bad_rows_skipped": 0}
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["corpus_read"] == \
         summary["corpus_read"]
     assert meta["documents"] == 2 and meta["one_sentence_docs_skipped"] == 0
@@ -234,3 +235,20 @@ def test_prepare_failing_midway_leaves_no_shards(tok, tmp_path):
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith("shard-")) == [
         "docs.txt", "meta.json", "tokenizer.json"]
     assert load_tokenizer(out / "tokenizer.json").get_vocab() == tok.get_vocab()
+
+
+def test_prepare_reads_rows_and_records_the_bad_rows_it_skipped(tok, tmp_path):
+    docs = synthetic_docs(60, seed=3)
+    corpus = tmp_path / "pages.jsonl"
+    lines = [json.dumps({"page": d.id, "p": s}) for d in docs for s in d.sentences]
+    lines.insert(5, '{"page": "syn/0", "p": 7}')  # a bad row inside the first document
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    read = {"text_field": "p", "doc_field": "page", "on_bad_row": "skip"}
+    with pytest.warns(UserWarning, match="record 6 .* holds a number in field 'p'"):
+        assert [d.sentences for d in iter_documents(corpus, **read)] == [d.sentences for d in docs]
+    tok_path = save_tokenizer(tok, tmp_path / "tok.json")
+    with pytest.warns(UserWarning, match="skipped 1 bad row"):
+        summary = prepare_command(corpus, tmp_path / "out", tok_path, max_seq_len=48, read=read)
+    assert summary["corpus_read"]["bad_rows_skipped"] == 1
+    meta = json.loads((tmp_path / "out" / "train" / "meta.json").read_text())
+    assert meta["corpus_read"]["bad_rows_skipped"] == 1
