@@ -159,7 +159,7 @@ def profile_row(args, spec: str, device: torch.device, precision: str, top: int 
 
     batches, config, batch_size, _ = row_inputs(args, spec)
     model = BertForPreTraining(config)
-    with fast_math(device, compile=not args.no_compile):
+    with fast_math(device):
         step = training_step(model, batches, device, precision, compile_mode(args, spec),
                              row_options(spec)["unpad"])
         for i in range(args.warmup):
@@ -260,7 +260,7 @@ def measure_row(args, spec: str, device: torch.device, precision: str) -> dict |
     rates = {}
     for name in ("bertlab", "transformers")[: 1 if args.no_reference else 2]:
         model = BertForPreTraining(config) if name == "bertlab" else hf_model(config)
-        with fast_math(device, compile=not args.no_compile):
+        with fast_math(device):
             times = time_steps(model, batches, device, precision, mode, args.warmup, args.steps,
                                unpad=unpad and name == "bertlab")
         # Each timed step's real tokens over its time (batches of a grouped row differ in size).

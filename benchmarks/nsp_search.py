@@ -24,7 +24,7 @@ text NSP reads), the length, the batch, the learning rate, the pair draws, bf16 
 
 Usage:
   python benchmarks/nsp_search.py --stage calibrate --jobs 2
-  python benchmarks/nsp_search.py --stage screen --jobs 2 --base-steps 3000
+  python benchmarks/nsp_search.py --stage screen --jobs 2 --base-steps 2000
   python benchmarks/nsp_search.py --stage bf16 --jobs 2      (3 seeds, fp32 against bf16)
   python benchmarks/nsp_search.py --show
 """
@@ -294,7 +294,7 @@ def main() -> int:
     p.add_argument("--stage", choices=["calibrate", *STAGES], default="screen")
     p.add_argument("--trials", nargs="*", default=None, help="default: the stage's")
     p.add_argument("--seeds", nargs="*", type=int, default=None, help="default: the stage's")
-    p.add_argument("--base-steps", type=int, default=3000,
+    p.add_argument("--base-steps", type=int, default=2000,
                    help="the base trial's steps; every other trial gets the steps that cost as "
                         "much (about 15 minutes of one core beside a second trial)")
     p.add_argument("--jobs", type=int, default=2)

@@ -29,7 +29,8 @@ from bertlab.model import BertConfig
 from bertlab.objectives import check_objectives, pairs_of
 
 # The TrainConfig fields a recipe sets.
-RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule")
+RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule",
+                       "precision")
 # The course's yardstick: validation pairs of this many tokens, masked BERT's way (15%,
 # 80/10/10, seed 0), whatever recipe trained the model. Every recipe trains positions 0-63.
 VAL_SEQ_LEN = 64
@@ -39,7 +40,7 @@ DEMO_STEPS = 3000
 
 @dataclass(frozen=True)
 class Recipe:
-    """The settings of one named pretraining recipe; see `recipe` for the two that exist.
+    """The settings of one named pretraining recipe; `RECIPES` holds the ones that exist.
 
     Taught in notebooks/05_pretraining.ipynb
     """
@@ -57,6 +58,8 @@ class Recipe:
     warmup_fraction: float
     schedule: str  # decay after warmup: linear, cosine or constant
     pair_draws: int = 1  # cuts of the corpus into pairs; epoch e trains on draw e % pair_draws
+    precision: str = "auto"  # TrainConfig.precision: auto is bf16 on CUDA, fp32 elsewhere
+    steps: int | None = None  # the step budget the recipe was chosen at (None: the run sets one)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "objectives",
@@ -88,6 +91,8 @@ class Recipe:
         Set the budget here (max_steps and/or max_minutes), and anything else the run needs.
         """
         settings = {k: getattr(self, k) for k in RECIPE_TRAIN_FIELDS}
+        if self.steps is not None:
+            settings["max_steps"] = self.steps
         return TrainConfig(**{**settings, **overrides})
 
     def to_dict(self) -> dict[str, Any]:

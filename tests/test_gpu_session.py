@@ -1,6 +1,7 @@
 """tools/gpu_session.py walked on the CPU: every phase's command runs, what comes back from the
 GPU machine fits its limits (at most 8 files in $OUT, each under 16 MiB, plain names), and
-`receive` turns it into what gpu_pretrain.py score reads, refusing a CPU walk as a GPU result."""
+`receive` turns it into what benchmarks/twins.py score reads, refusing a CPU walk as a GPU
+result."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_the_session_runs_phase_by_phase_and_packs_what_comes_back(tmp_path):
         assert any(n.endswith("model/model.safetensors") for n in names)
 
     # Back on the CPU machine. A CPU walk's files are refused: they are no GPU result.
-    runs, results = tmp_path / "runs" / "gpu-twins", tmp_path / "results"
+    runs, results = tmp_path / "runs" / "twins-gpu", tmp_path / "results"
     refused = session("receive", "--from", str(out), "--runs", str(runs), "--results",
                       str(results), code=2)
     assert "came from a CPU walk" in refused.stdout and not runs.exists() and not results.exists()
@@ -58,24 +59,27 @@ def test_the_session_runs_phase_by_phase_and_packs_what_comes_back(tmp_path):
     # the runs land where score reads them and the throughput record beside the results.
     gpu = relabelled(out, tmp_path / "came-back", "NVIDIA H200 (relabelled CPU walk, test only)")
     done = session("receive", "--from", str(gpu), "--runs", str(runs), "--results", str(results))
-    assert "phases: 1 base done" in done.stdout and "next: python benchmarks/gpu_pretrain.py" \
+    assert "phases: 1 base done" in done.stdout and "next: python benchmarks/twins.py score" \
         in done.stdout
     assert (results / "gpu_throughput.json").read_bytes() == \
         (gpu / "gpu_throughput.json").read_bytes()
     assert sorted(p.name for p in runs.iterdir() if (p / "summary.json").is_file()) == [
-        "mlm+nsp-seed0", "mlm-seed0"] and (runs / "train.json").is_file()
+        "mlm+nsp-seed0", "mlm-seed0"]
+    assert not (runs / "mlm-seed0" / "checkpoints").exists()  # the optimizer stays on the GPU
     again = session("receive", "--from", str(gpu), "--runs", str(runs), "--results",
                     str(results), code=2)
     assert "already holds runs" in again.stdout
-    scored = subprocess.run([sys.executable, "benchmarks/gpu_pretrain.py", "score", "--runs",
-                             str(runs), "--shards", str(data / "bbc_shards"), "--finetune-seeds",
-                             "1", "--label-budgets", "8", "--threads", "2", "--out",
-                             str(results / "gpu_pretrain.json"), "--model-out",
-                             str(tmp_path / "gpu-mini")], cwd=ROOT, capture_output=True,
-                            text=True, timeout=900)
+    scored = subprocess.run([sys.executable, "benchmarks/twins.py", "score", "--device", "cuda",
+                             "--runs", str(runs), "--finetune-seeds", "1", "--label-budgets", "8",
+                             "--threads", "2", "--task-docs", "300",
+                             "--record", str(results / "twins-gpu.json"),
+                             "--models", str(tmp_path / "models"), "--ship", "gpu-mini=mlm+nsp"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert scored.returncode == 0, scored.stdout[-2000:] + scored.stderr[-2000:]
-    record = json.loads((results / "gpu_pretrain.json").read_text())
-    assert {r["twin"] for r in record["runs"]} == {"mlm+nsp", "mlm"}
+    record = json.loads((results / "twins-gpu.json").read_text())
+    assert {r["arm"] for r in record["runs"]} == {"mlm+nsp", "mlm"}
+    manifest = json.loads((tmp_path / "models" / "gpu-mini" / "MANIFEST.json").read_text())
+    assert "trace" not in manifest and manifest["device"].startswith("NVIDIA H200")
     assert record["device"].startswith("NVIDIA H200 (relabelled")
 
 
@@ -102,3 +106,100 @@ def relabelled(out: Path, to: Path, device: str) -> Path:
                     member.size = len(data)
                 tar.addfile(member, None if data is None else io.BytesIO(data))
     return to
+
+
+# ---------------------------------------------------------------------------------------------
+# receive, on small fake files: everything is checked before anything is written
+
+RECORD = {"device": "NVIDIA H200", "torch": "2.5", "compile": True, "matmul_peak_tflops": 700.0,
+          "rows": [{"preset": "base", "seq_len": 128, "batch": "full", "batch_size": 256,
+                    "tokens_per_s": 1e6, "mfu": 0.4, "mfu_measured_peak": 0.5}]}
+
+
+def _archive(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _run(name: str) -> dict[str, bytes]:
+    return {f"{name}/summary.json": json.dumps({"device": "NVIDIA H200"}).encode(),
+            f"{name}/model/model.safetensors": b"weights"}
+
+
+@pytest.fixture
+def came_back(tmp_path) -> Path:
+    folder = tmp_path / "came-back"
+    folder.mkdir()
+    (folder / "gpu_throughput.json").write_text(json.dumps(RECORD))
+    _archive(folder / "mlm-seed0.tgz", _run("mlm-seed0"))
+    _archive(folder / "mlm-nsp-seed0.tgz", _run("mlm+nsp-seed0"))
+    _archive(folder / "twins-logs.tgz", {"train.json": b"{}", "twins.log": b"log\n"})
+    return folder
+
+
+def _receive(came_back: Path, tmp_path: Path) -> tuple[int, Path, Path]:
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gpu_session
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    runs, results = tmp_path / "runs" / "twins-gpu", tmp_path / "results"
+    return gpu_session.receive(came_back, runs, results), runs, results
+
+
+def test_receive_puts_every_run_and_the_record_in_place(came_back, tmp_path, capsys):
+    code, runs, results = _receive(came_back, tmp_path)
+    assert code == 0, capsys.readouterr().out
+    assert sorted(p.name for p in runs.iterdir()) == ["mlm+nsp-seed0", "mlm-seed0", "train.json",
+                                                      "twins.log"]
+    assert json.loads((results / "gpu_throughput.json").read_text()) == RECORD
+    assert [p.name for p in runs.parent.iterdir()] == ["twins-gpu"]  # no staging left behind
+
+
+def _cut(folder: Path) -> None:
+    data = (folder / "mlm-seed0.tgz").read_bytes()
+    (folder / "mlm-seed0.tgz").write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda f: (f / "gpu_throughput.json").write_text(json.dumps({**RECORD, "rows": []})),
+     "has no measured rows"),
+    (lambda f: (f / "gpu_throughput.json").write_text(json.dumps(
+        {k: v for k, v in RECORD.items() if k != "torch"})), "lacks what the notebooks read"),
+    (lambda f: (f / "gpu_throughput.json").write_text("[1, 2]"), "holds a JSON list"),
+    (lambda f: (f / "gpu_throughput.json").write_text('{"device": '), "is not whole JSON"),
+    (_cut, "mlm-seed0.tgz is not a whole .tgz archive"),
+    (lambda f: (f / "mlm-seed0.tgz").write_bytes(b"not an archive at all"),
+     "is not a whole .tgz archive"),
+    (lambda f: _archive(f / "mlm-seed0.tgz", {"mlm-seed0/summary.json": b"{cut"}),
+     "mlm-seed0.tgz:mlm-seed0/summary.json is not whole JSON"),
+    (lambda f: _archive(f / "mlm-seed0.tgz", {"mlm-seed0/summary.json": b"[]"}),
+     "holds a JSON list"),
+    (lambda f: _archive(f / "mlm-seed0-copy.tgz", _run("mlm-seed0")),
+     "mlm-seed0-copy.tgz and mlm-seed0.tgz both hold 'mlm-seed0'"),
+    (lambda f: _archive(f / "other.tgz", {"mlm-seed0": b"a file where a run folder goes"}),
+     "both hold 'mlm-seed0'"),
+])
+def test_receive_refuses_what_is_not_whole_and_writes_nothing(came_back, tmp_path, capsys, spoil,
+                                                              message):
+    spoil(came_back)
+    code, runs, results = _receive(came_back, tmp_path)
+    out = capsys.readouterr().out
+    assert code == 2 and message in out and "nothing was written" in out, out
+    assert "Traceback" not in out
+    assert not runs.parent.exists() and not results.exists()
+    # The refusal left nothing that blocks the next receive, once the files are whole.
+    shutil.rmtree(came_back)
+    code, runs, _ = _receive(_whole(came_back), tmp_path)
+    assert code == 0 and (runs / "mlm-seed0" / "summary.json").is_file()
+
+
+def _whole(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "gpu_throughput.json").write_text(json.dumps(RECORD))
+    _archive(folder / "mlm-seed0.tgz", _run("mlm-seed0"))
+    return folder

@@ -17,10 +17,10 @@ from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.optim import MuonAdamW
-from bertlab.pretraining import evaluate, pretrain, unigram_bar
+from bertlab.pretraining import evaluate, pretrain, pretraining_objective, unigram_bar
 from bertlab.recipes import RECIPES, Recipe, recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
-from bertlab.train import TrainConfig, build_optimizer, lr_at
+from bertlab.train import TrainConfig, build_optimizer, lr_at, train_step
 from tests.test_train import InterruptAt
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -168,8 +168,22 @@ def test_muon_state_dict_round_trips(tok):
 
 
 def test_schedule_scales_every_group_from_its_own_peak():
-    config = TrainConfig(max_steps=100, lr=1e-3, muon_lr=0.02, optimizer="muon")
-    assert lr_at(50, config) * 20.0 == pytest.approx(0.02 * lr_at(50, config) / 1e-3)
+    # One real step at step 50 of 100: Muon's matrices and AdamW's rest each get their own peak
+    # times the same point of the schedule.
+    config = TrainConfig(max_steps=100, lr=1e-3, muon_lr=0.02, optimizer="muon", batch_size=2)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=64, hidden_size=32,
+                                                 num_heads=2, intermediate_size=64))
+    optimizer = build_optimizer(model, config)
+    ids = torch.randint(5, 64, (2, 8))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "token_type_ids": torch.zeros_like(ids), "labels": ids,
+             "next_sentence_label": torch.zeros(2, dtype=torch.long)}
+    lr = lr_at(50, config)
+    train_step(model, [batch], pretraining_objective(("mlm", "nsp")), optimizer,
+               torch.amp.GradScaler("cpu", enabled=False), lr=lr, grad_clip=None,
+               precision="fp32")
+    rates = sorted({group["lr"] for group in optimizer.param_groups})
+    assert 0 < lr < 1e-3 and rates == pytest.approx([lr, lr * 20])  # 0.02 / 1e-3
 
 
 def test_unknown_optimizer_is_refused():

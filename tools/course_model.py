@@ -2,19 +2,22 @@
 
 Runs `python -m bertlab pretrain` with the course recipe on the embedded BBC corpus, exports the
 result as a Hugging Face folder (config.json, model.safetensors, tokenizer files) into
-models/course-tiny/, and writes MANIFEST.json beside it: the exact commands, the recipe, a digest
+models/course-tiny/, and writes MANIFEST.json beside it (and README.md, its model card): the exact commands, the recipe, a digest
 of the corpus text and of every file written, and the model's held-out scores ([MASK]
 accuracy on BERT-masked 64-token pairs with the no-context bar, the cloze set). A notebook that
 loads the model reads MANIFEST.json too, so it can say what it loaded and how it was made.
 
 Usage: python tools/course_model.py [--steps 8000] [--threads 1]     (make course-model)
 A killed run resumes where its last checkpoint left it when started again.
+`--trace-only COMMIT` adds the reproduce trace to a model made before traces existed (COMMIT:
+the code that made it), without training it again.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -24,6 +27,7 @@ from pathlib import Path
 import torch
 
 import bertlab
+from bertlab.card import write_manifest_card
 from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main as cli
 from bertlab.corpus import load_corpus
@@ -64,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--run", type=Path, default=ROOT / "runs" / "course-model")
     p.add_argument("--out", type=Path, default=ROOT / "models" / "course-tiny")
+    p.add_argument("--trace-only", metavar="COMMIT", help="add the reproduce trace (and COMMIT, "
+                   "the code that made the model) to the MANIFEST in --out; train nothing")
     args = p.parse_args(argv)
+    if args.trace_only:
+        return add_trace(args.out, args.trace_only)
     start, load_start, commit = time.perf_counter(), load_average(), git_commit(ROOT)
     pretrain = ["pretrain", "--recipe", "course", "--corpus", "bbc", "--max-steps",
                 str(args.steps), "--threads", str(args.threads), "--eval-interval", "1000",
@@ -106,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "mlm_accuracy", "kept_accuracy",
                                                  "random_accuracy")}},
         "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
-        "files": {f.name: sha256(f) for f in sorted(staging.iterdir()) if f.is_file()},
+        "files": {f.name: sha256(f) for f in sorted(staging.iterdir())
+                  if f.is_file() and f.name != "README.md"},  # the card is made from this file
         "minutes": round((time.perf_counter() - start) / 60, 1),
         # beside the minutes, how busy the machine was: a load above the cores means the run
         # shared them, and its minutes are longer than a free machine's
@@ -117,12 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     # training stream fails there, naming this model, instead of going unnoticed.
     manifest["trace"] = make_trace([a for a in pretrain if a != "--resume"], TRACE_STEPS)
     atomic_write_json(staging / "MANIFEST.json", manifest)
+    write_manifest_card(staging, shown(args.out))  # README.md: the model card of this MANIFEST
     shutil.rmtree(args.out, ignore_errors=True)
     staging.rename(args.out)
     size = sum(f.stat().st_size for f in args.out.iterdir()) / 2**20
     print(f"wrote {args.out} ({size:.1f} MiB): [MASK] accuracy {scores['mask_accuracy']:.3f} "
           f"(bar {scores['mask_unigram_accuracy']:.3f}), cloze top-1 {cloze['top1']:.2f}, "
           f"top-5 {cloze['top5']:.2f}")
+    return 0
+
+
+def add_trace(out: Path, commit: str) -> int:
+    """Add the commit that made the model in `out` and its reproduce trace to its MANIFEST."""
+    path = out / "MANIFEST.json"
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    command = manifest["commands"][0].split()[3:]  # after "python -m bertlab"
+    manifest.update(commit=commit, device="cpu", trace=make_trace(command, TRACE_STEPS))
+    atomic_write_json(path, manifest)
+    print(f"{path}: trace of {TRACE_STEPS} steps added (recorded at {manifest['trace']['commit']})")
     return 0
 
 

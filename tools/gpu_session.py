@@ -14,21 +14,27 @@ The full call runs four phases, each under its own deadline, each writing as it 
 phase that runs out of time costs nothing earlier:
   1. base at 128 tokens, bertlab and transformers, full and real BBC batches -> gpu_throughput.json
      (the smoke call compiled these graphs, so this phase finds them in the inductor cache)
-  2. the pretraining twins (benchmarks/gpu_pretrain.py train), 4 runs at once, about 3 minutes
+  2. the pretraining twins (benchmarks/twins.py train: the gpu recipe's mini, MLM + NSP and
+     MLM alone, 2 seeds each), 4 runs at once, about 3 minutes
   3. the other throughput rows, most telling first: base at 128 on BBC batches grouped by
      length (less padding, most batches unmasked), on BBC batches unpadded (the blocks skip the
      padding), compiled layer by layer (is regional compilation as fast?), mini and tiny at
      128, base at 512; added to the record
   4. the profile of base at 128 (top kernels by time), added to gpu_throughput.json
-Then each run folder is packed into its own archive under $OUT (each well under 16 MiB).
+Then each run folder, less its checkpoints, is packed into its own archive under $OUT (each
+well under 16 MiB).
 The inductor cache lives in .cache/inductor (ignored), so the full call reuses the smoke's.
 
 Back here, with the folder the full call's $OUT came back to:
 
-    python tools/gpu_session.py receive --from FOLDER     # runs/gpu-twins + gpu_throughput.json
-    python benchmarks/gpu_pretrain.py score --runs runs/gpu-twins      # what the twins learned
+    python tools/gpu_session.py receive --from FOLDER     # runs/twins-gpu + gpu_throughput.json
+    python benchmarks/twins.py score --device cuda --ship gpu-mini=mlm+nsp   # what they learned
 
-`receive` refuses a record or a run made on the CPU, and a runs folder that already holds runs.
+`receive` checks everything before it writes anything, and refuses (exit 2, nothing written) a
+record or a run made on the CPU, a record the notebooks could not read (no rows, no torch), a
+cut archive or one that is no archive, a summary that is not a JSON object, two archives that
+would write the same run, and a runs folder that already holds runs. The runs are unpacked into
+a staging folder beside --runs and put in place in one rename.
 `--device cpu` walks the same phases on the CPU with tiny sizes (a check of the commands only).
 """
 
@@ -37,10 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,74 +77,167 @@ def phase(name: str, cmd: list[str], deadline_s: float, log: Path) -> bool:
 
 
 def pack_runs(runs: Path, out: Path) -> None:
-    """Pack each run folder (summary.json and its bf16 model) into out/<run>.tgz, and the logs
-    and train.json into out/twins-logs.tgz: files small enough to come back one by one."""
+    """Pack each run folder (summary.json, its bf16 model, history, settings and tokenizer; not
+    its checkpoints, which hold the optimizer too) into out/<run>.tgz, and the logs into
+    out/twins-logs.tgz: files small enough to come back one by one."""
+    def no_checkpoints(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "checkpoints" in Path(member.name).parts else member
+
     for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
         with tarfile.open(out / f"{folder.name.replace('+', '-')}.tgz", "w:gz") as tar:
-            tar.add(folder, arcname=folder.name)
+            tar.add(folder, arcname=folder.name, filter=no_checkpoints)
     with tarfile.open(out / "twins-logs.tgz", "w:gz") as tar:
         for f in sorted(runs.iterdir()):
             if f.is_file():
                 tar.add(f, arcname=f.name)
 
 
-def receive(came_back: Path, runs: Path, results: Path) -> int:
-    """Unpack what the full call returned: each run archive into `runs` (summary.json and its
-    model, with train.json and the logs beside them, as gpu_pretrain.py score reads them) and
-    gpu_throughput.json into `results`. Refuses, writing nothing, a CPU walk's files (they are no
-    GPU result) and a `runs` folder that already holds runs (an earlier session's twins)."""
-    # Imported here, not at the top: the GPU machine runs this script without bertlab installed.
+class Refused(Exception):
+    """What `receive` refuses, in one line; it has written nothing."""
+
+
+def _json_object(data: bytes, name: str) -> dict:
+    """Return the JSON object in `data` (the file `name`); refuse anything else."""
+    try:
+        value = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise Refused(f"{name} is not whole JSON ({e}): it was cut on its way back; fetch the "
+                      f"files again") from None
+    if not isinstance(value, dict):
+        raise Refused(f"{name} holds a JSON {type(value).__name__}, not the object of settings "
+                      f"and figures a session writes; fetch the files of a full call again")
+    return value
+
+
+def _check_throughput(record: dict, name: str) -> None:
+    """Refuse a throughput record that the notebooks' reader (`throughput_lines`) cannot show."""
+    from bertlab.course.gpu_records import throughput_lines
+    rows = record.get("rows")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        raise Refused(f"{name} has no measured rows (rows: {rows!r}): phase 1 did not finish; "
+                      f"a record without rows is no measurement")
+    try:
+        throughput_lines(record)
+    except (KeyError, TypeError, ValueError) as e:
+        raise Refused(f"{name} lacks what the notebooks read ({type(e).__name__}: {e}); it is "
+                      f"not a whole record of benchmarks/gpu_throughput.py") from None
+
+
+def _read_archive(archive: Path) -> tuple[list[tarfile.TarInfo], dict[str, dict]]:
+    """Return an archive's members and its summaries, read to the end (a cut one fails here)."""
+    summaries = {}
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            for member in members:
+                if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() \
+                        or ".." in Path(member.name).parts:
+                    raise Refused(f"{archive} holds {member.name!r}, which is not a plain file "
+                                  f"inside its run folder")
+                data = tar.extractfile(member).read() if member.isfile() else b""
+                if member.name.endswith("summary.json"):
+                    summaries[f"{archive.name}:{member.name}"] = _json_object(
+                        data, f"{archive.name}:{member.name}")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise Refused(f"{archive} is not a whole .tgz archive ({type(e).__name__}: {e}): it was "
+                      f"cut on its way back, or is no archive; fetch it again") from None
+    return members, summaries
+
+
+def _check_no_clash(contents: dict[Path, list[tarfile.TarInfo]]) -> None:
+    """Refuse archives that would write the same run folder (or file): one would overwrite the
+    other's, silently."""
+    owner: dict[str, Path] = {}
+    for archive, members in contents.items():
+        tops = {Path(m.name).parts[0] for m in members if Path(m.name).parts}
+        names = [m.name for m in members if m.isfile()]
+        if len(names) != len(set(names)):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise Refused(f"{archive} holds {twice!r} twice; fetch it again")
+        for top in sorted(tops):
+            if top in owner:
+                raise Refused(f"{owner[top].name} and {archive.name} both hold {top!r}: one "
+                              f"would overwrite the other's run; receive one of them (move the "
+                              f"other copy out of the folder)")
+            owner[top] = archive
+
+
+def _gather(came_back: Path) -> tuple[dict | None, dict[Path, list[tarfile.TarInfo]]]:
+    """Return the throughput record and each archive's members, every one checked; refuse
+    anything that is not whole, not a GPU's, or that clashes."""
     from bertlab.course.gpu_records import made_on_cpu
-    from bertlab.util import atomic_write_bytes
     record_path = came_back / "gpu_throughput.json"
     archives = sorted(came_back.glob("*.tgz"))
     if not record_path.is_file() and not archives:
-        print(f"gpu_session receive: {came_back} holds neither gpu_throughput.json nor run "
-              f"archives (*.tgz); pass the folder the full call's $OUT came back to")
-        return 2
+        raise Refused(f"{came_back} holds neither gpu_throughput.json nor run archives (*.tgz); "
+                      f"pass the folder the full call's $OUT came back to")
+    sources, record = {}, None
+    if record_path.is_file():
+        record = _json_object(record_path.read_bytes(), str(record_path))
+        sources[record_path.name] = record
+    contents = {}
+    for archive in archives:
+        contents[archive], summaries = _read_archive(archive)
+        sources.update(summaries)
+    on_cpu = [name for name, made in sources.items() if made_on_cpu(made)]
+    if on_cpu:
+        raise Refused(f"{', '.join(on_cpu)} came from a CPU walk (device 'cpu'), not a GPU; "
+                      f"receive the files of a GPU session's full call")
+    if record is not None:
+        _check_throughput(record, str(record_path))
+    _check_no_clash(contents)
+    return record, contents
+
+
+def _unpack(contents: dict[Path, list[tarfile.TarInfo]], runs: Path) -> None:
+    """Unpack every archive into a staging folder beside `runs`, then put it in place in one
+    rename: a failure on the way leaves `runs` as it was, with no half-received run in it."""
+    runs.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{runs.name}.receiving-", dir=runs.parent))
+    try:
+        for archive in contents:
+            with tarfile.open(archive) as tar:  # checked: plain files, no clash between them
+                tar.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter")
+                                           else {}))
+            print(f"unpacked {archive.name} into {runs}")
+        if runs.is_dir():
+            runs.rmdir()  # empty: checked before
+        staging.rename(runs)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def receive(came_back: Path, runs: Path, results: Path) -> int:
+    """Unpack what the full call returned: each run archive into `runs` (summary.json and its
+    model, with the logs beside them, as `benchmarks/twins.py score` reads them) and
+    gpu_throughput.json into `results`. Everything is checked first; a refusal writes nothing:
+    a CPU walk's files (they are no GPU result), a record the notebooks could not read, a cut
+    or clashing archive, and a `runs` folder that already holds runs (an earlier session's)."""
+    # Imported here, not at the top: the GPU machine runs this script without bertlab installed.
+    from bertlab.util import atomic_write_bytes
     log = came_back / "full.log"
     phases = [line for line in (log.read_text(errors="replace").splitlines()
                                 if log.is_file() else []) if line.startswith("phases: ")]
     print(phases[-1] if phases else f"no 'phases:' line in {log}: the full call may have been cut")
-    sources = []
-    if record_path.is_file():
-        try:
-            record = json.loads(record_path.read_text())
-        except json.JSONDecodeError as e:
-            print(f"gpu_session receive: {record_path} is not whole JSON ({e}): it was cut on "
-                  f"its way back; nothing was written. Fetch the files again")
-            return 2
-        sources.append((record_path.name, record))
-    for archive in archives:
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                if not (member.isfile() or member.isdir()) or Path(member.name).is_absolute() \
-                        or ".." in Path(member.name).parts:
-                    print(f"gpu_session receive: {archive} holds {member.name!r}, which is not a "
-                          f"plain file inside its run folder; nothing was written")
-                    return 2
-                if member.name.endswith("summary.json"):
-                    sources.append((f"{archive.name}:{member.name}",
-                                    json.load(tar.extractfile(member))))
-    on_cpu = [name for name, made in sources if made_on_cpu(made)]
-    if on_cpu:
-        print(f"gpu_session receive: {', '.join(on_cpu)} came from a CPU walk (device 'cpu'), "
-              f"not a GPU; nothing was written. Receive the files of a GPU session's full call")
+    try:
+        record, contents = _gather(came_back)
+        if contents and runs.exists() and (not runs.is_dir() or any(runs.iterdir())):
+            raise Refused(f"{runs} already holds runs; move it aside (or pass --runs "
+                          f"NEW_FOLDER), then receive again")
+    except Refused as e:
+        print(f"gpu_session receive: {e}; nothing was written")
         return 2
-    if archives and runs.is_dir() and any(runs.iterdir()):
-        print(f"gpu_session receive: {runs} already holds runs; nothing was written. Move it "
-              f"aside (or pass --runs NEW_FOLDER), then receive again")
-        return 2
-    for archive in archives:
-        with tarfile.open(archive) as tar:  # checked above: plain files inside `runs`
-            tar.extractall(runs, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-        print(f"unpacked {archive.name} into {runs}")
-    if record_path.is_file():
+    if contents:
+        _unpack(contents, runs)
+    if record is not None:
         results.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(results / record_path.name, record_path.read_bytes())
-        print(f"copied {record_path.name} ({sources[0][1]['device']}) into {results}")
-    if archives:
-        print(f"next: python benchmarks/gpu_pretrain.py score --runs {runs}")
+        atomic_write_bytes(results / "gpu_throughput.json",
+                           (came_back / "gpu_throughput.json").read_bytes())
+        print(f"copied gpu_throughput.json ({record['device']}) into {results}")
+    if contents:
+        print(f"next: python benchmarks/twins.py score --device cuda --runs {runs} --ship "
+              f"gpu-mini=mlm+nsp")
     return 0
 
 
@@ -144,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("call", choices=("smoke", "full", "receive"))
     p.add_argument("--from", dest="came_back", type=Path,
                    help="receive: the folder the full call's $OUT came back to")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "gpu-twins",
+    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "twins-gpu",
                    help="receive: where the twins' run folders go")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
                    help="receive: where gpu_throughput.json goes")
@@ -173,8 +275,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     throughput = [PY, "benchmarks/gpu_throughput.py", "--device", args.device, "--shards",
                   str(shards), "--out", str(args.out / "gpu_throughput.json")]
-    twins = [PY, "benchmarks/gpu_pretrain.py", "train", "--device", args.device, "--shards",
-             str(shards), "--shards64", str(shards64)]
+    # The gpu recipe's twins, 2 seeds, all 4 at once on the one device (at most 8 files come
+    # back, so 4 runs); each evaluated at 128 tokens and on the 64-token shards.
+    twins = [PY, "benchmarks/twins.py", "train", "--device", args.device, "--recipe", "gpu",
+             "--arms", "mlm+nsp", "mlm", "--seeds", "0", "1", "--jobs", "4", "--preset", "mini",
+             "--corpus", str(shards), "--validate-also", str(shards64), "--eval-interval", "250",
+             "--eval-batches", "50", "--checkpoint-interval", "none", "--num-workers", "2"]
     log = args.out / f"{args.call}.log"
     work = args.out.parent / f".{args.out.name}-work"  # beside $OUT, not in it
     if cpu:  # the commands on tiny sizes: a check that each phase runs, no measurement

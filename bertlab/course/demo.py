@@ -50,9 +50,12 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
     no NSP column, and says so: an untrained head's accuracy is not a result. "all targets" also counts the 10% kept targets, which can
     be copied from the input, as BERT's own evaluation does.
     """
-    pair = any("val_nsp_accuracy" in row for row in history)  # no column for an untrained head
+    # The pair head's column, named by its task; none for an untrained head.
+    pair = next((p for p in ("nsp", "sop") if any(f"val_{p}_accuracy" in r for r in history)),
+                None)
     lines = [f"{'step':>6} {'tokens':>10} {'train loss':>10} {'[MASK] acc':>10} "
-             f"{'[MASK] loss':>11} {'all targets':>11}" + (f" {'NSP acc':>8}" if pair else "")]
+             f"{'[MASK] loss':>11} {'all targets':>11}"
+             + (f" {pair.upper() + ' acc':>8}" if pair else "")]
     nan = float("nan")
     for row in history:
         train_loss = row.get("train_loss")
@@ -61,7 +64,7 @@ def history_table(history: list[dict], baseline: float | None = None) -> str:
             f"{'-' if train_loss is None else f'{train_loss:.3f}':>10} "
             f"{row.get('val_mask_accuracy', nan):>10.3f} {row.get('val_mask_loss', nan):>11.3f} "
             f"{row.get('val_mlm_accuracy', nan):>11.3f}"
-            + (f" {row.get('val_nsp_accuracy', nan):>8.3f}" if pair else ""))
+            + (f" {row.get(f'val_{pair}_accuracy', nan):>8.3f}" if pair else ""))
     last = history[-1] if history else {}
     bar = last.get("val_mask_unigram_accuracy") if baseline is None else baseline
     if bar is not None:

@@ -1,11 +1,12 @@
 """What a GPU session measured, read for the notebooks, or plainly that none has run yet.
 
-A GPU session (tools/gpu_session.py, then `benchmarks/gpu_pretrain.py score`) writes two
+A GPU session (tools/gpu_session.py, then `benchmarks/twins.py score --device cuda`) writes two
 records into benchmarks/results/: gpu_throughput.json (tokens/s and MFU, bertlab beside
-transformers) and gpu_pretrain.json (the MLM + NSP runs and their MLM-only twins: what each
-learned). The notebooks read them here, so a cell on a CPU still shows the GPU's numbers, and
-says so in words when there are none: nothing is skipped in silence. A record made on a CPU (a
-smoke run of the scripts) is refused: it is not a GPU result.
+transformers) and twins-gpu.json (the MLM + NSP runs and their MLM-only twins: what each
+learned; the same format as the CPU twins' twins-cpu.json). The notebooks read them here, so a
+cell on a CPU still shows the GPU's numbers, and says so in words when there are none: nothing
+is skipped in silence. A record made on a CPU (a smoke run of the scripts) is refused: it is
+not a GPU result.
 
 Taught in notebooks/05_pretraining.ipynb and notebooks/06_cls_and_downstream.ipynb
 """
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-THROUGHPUT, PRETRAIN = "gpu_throughput.json", "gpu_pretrain.json"
+THROUGHPUT, PRETRAIN = "gpu_throughput.json", "twins-gpu.json"
 HOW = ("tools/gpu_session.py runs the scripts on a GPU (one H100/H200 session of minutes), then "
-       "benchmarks/gpu_pretrain.py score fills in what the runs learned")
+       "benchmarks/twins.py score --device cuda fills in what the runs learned")
 
 
 @dataclass(frozen=True)
@@ -77,29 +78,35 @@ def throughput_lines(record: dict[str, Any] | None) -> list[str]:
 
 
 def twins_lines(record: dict[str, Any] | None) -> list[str]:
-    """Return the twins side by side (one line per run) and the MLM + NSP minus MLM-only gaps
-    with their spread over seeds, or the sentence that there is no record yet."""
+    """Return the twins side by side (one line per run) and each arm minus the MLM-only twin,
+    paired by seed (mean +- 2 SE, and the seeds), or the sentence that there is no record yet.
+
+    Reads a record of benchmarks/twins.py from either device (twins-gpu.json, twins-cpu.json)."""
     if record is None:
         return [f"No GPU pretraining record yet (benchmarks/results/{PRETRAIN}): no model in this "
                 f"project has been pretrained on a GPU, so the twins' answer (MLM + NSP against "
                 f"MLM alone) is still to come. {HOW}."]
-    lines = [f"{record['device']}, {record['concurrent_runs']} runs sharing it at once"]
-    if not record["twins"].get("same_steps", True):
+    lines = [f"{record['device']}, recipe {record['recipe']['name']}, "
+             f"{', '.join(map(str, record['steps']))} steps"]
+    if not record["summary"].get("same_steps", True):
         lines.append("careful: a deadline stopped the twins at different steps, so the gaps "
                      "below also hold a difference in training")
     for r in record["runs"]:
-        nsp = r["at_128"]["nsp_accuracy"]
-        nsp = nsp if isinstance(nsp, str) else f"{nsp:.3f}"
-        lines.append(f"{r['twin']:>8} seed {r['seed']}: {r['steps']} steps, "
-                     f"{r['tokens'] / 1e6:.0f}M tokens; [MASK] {r['at_128']['mask_accuracy']:.3f} "
-                     f"(bar {r['at_128']['mask_unigram_accuracy']:.3f}), NSP {nsp} "
-                     f"(overlap rule {r['word_overlap_rule_nsp_accuracy']['accuracy']:.3f}), cloze "
-                     f"top-1 {r['cloze']['top1']:.0%}, [CLS] probe "
-                     f"{r['cls_probe_all_labels']['accuracy']:.3f}")
-    for name, gap in record["twins"]["nsp_minus_mlm_only"].items():
-        if gap["mean"] is not None:
-            lines.append(f"NSP minus MLM-only, {name}: {gap['mean']:+.3f} (seeds "
-                         f"{', '.join(f'{g:+.3f}' for g in gap['gaps'])})")
+        n = str(r["max_seq_len"])
+        at, rule = r["at"][n], r["word_overlap_rule"][n]
+        pair = ("no pair head trained" if r["pair_objective"] is None else
+                f"{r['pair_objective'].upper()} {at['pair_accuracy']:.3f} (overlap rule "
+                f"{rule['accuracy']:.3f})")
+        lines.append(f"{r['arm']:>8} seed {r['seed']}: {r['steps']} steps, "
+                     f"{r['tokens'] / 1e6:.0f}M tokens; [MASK] {at['mask_accuracy']:.3f} at {n} "
+                     f"(bar {at['mask_unigram_accuracy']:.3f}), {pair}, cloze top-1 "
+                     f"{r['cloze']['top1']:.0%}, [CLS] probe "
+                     f"{r['cls_probe_all_labels']['pooled']['accuracy']:.3f}")
+    for pair, measures in record["summary"]["paired_by_seed"].items():
+        for name, gap in measures.items():
+            spread = "" if gap["two_se"] is None else f" +- {gap['two_se']:.3f}"
+            lines.append(f"{pair}, {name}: {gap['mean']:+.3f}{spread} (seeds "
+                         f"{', '.join(f'{g:+.3f}' for g in gap['per_seed'].values())})")
     return lines
 
 
@@ -110,6 +117,6 @@ def gpu_curves(record: dict[str, Any] | None,
     a record."""
     if record is None:
         return {}
-    return {f"{r['twin']} seed {r['seed']}": [(h["tokens"], h["mask_accuracy"])
-                                              for h in r[f"history_{length}"]]
+    return {f"{r['arm']} seed {r['seed']}": [(h["tokens"], h["mask_accuracy"])
+                                             for h in r["history"][str(length)]]
             for r in record["runs"]}

@@ -11,6 +11,12 @@ If a change to the code moves the training stream (the data order, the masks, th
 initial weights, the optimizer's arithmetic), a trace no longer replays, and the test that
 replays every trace (tests/test_traces.py) fails naming the model to re-make, instead of the
 course quoting a model its code can no longer build.
+
+The same code can compute other bits on another CPU: matrix kernels differ by instruction set
+and library version, and over thousands of steps the difference grows into another model (the
+shipped course-tiny, made on another machine, is one: the same commit trains another file
+here). So a trace notes the machine it was recorded on, and is kept short: a few hundred steps
+gave the same weights on every machine measured so far.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -43,11 +50,28 @@ def git_commit(repo: Path = REPO) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def machine() -> dict[str, Any]:
+    """Return what a run's arithmetic depends on besides the code: the CPU, the kernel set torch
+    picks for it, and the versions of torch and its math libraries."""
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in
+             (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
+             if line.startswith("model name")]
+    libraries = [line.strip("- ").strip() for line in torch.__config__.show().splitlines()
+                 if "Math Kernel" in line or "MKL-DNN" in line or "oneDNN" in line]
+    return {"cpu": names[0] if names else platform.processor(),
+            "capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "libraries": libraries}
+
+
 def trace_command(command: list[str], steps: int) -> list[str]:
     """Return `command` (a `python -m bertlab pretrain` argument list) as a trace runs it: the
-    first `steps` steps, one thread, fp32, quiet, into OUT. The run's own --out, --threads,
-    --precision and progress flags are replaced; everything else is kept as it was."""
-    dropped = {"--out": 1, "--threads": 1, "--precision": 1, "--stop-after": 1, "--resume": 0,
+    first `steps` steps, one thread, quiet, into OUT, in the command's own --precision (fp32
+    when it names none). The run's own --out, --threads and progress flags are replaced;
+    everything else is kept as it was."""
+    dropped = {"--out": 1, "--threads": 1, "--stop-after": 1, "--resume": 0,
                "--no-progress": 0, "--progress": 0, "--log-interval": 1}
     kept, skip = [], 0
     for arg in command:
@@ -59,8 +83,9 @@ def trace_command(command: list[str], steps: int) -> list[str]:
             kept.append(arg)
     if kept[:1] != ["pretrain"]:
         raise ValueError(f"a trace replays a pretrain command, not {' '.join(command[:1])!r}")
-    return [*kept, "--stop-after", str(steps), "--threads", "1", "--precision", "fp32",
-            "--no-progress", "--out", OUT]
+    pinned = [] if "--precision" in kept else ["--precision", "fp32"]
+    return [*kept, "--stop-after", str(steps), "--threads", "1", *pinned, "--no-progress",
+            "--out", OUT]
 
 
 def run_trace(command: list[str], out: Path) -> dict[str, Any]:
@@ -85,7 +110,8 @@ def make_trace(command: list[str], steps: int) -> dict[str, Any]:
     replayed = trace_command(command, steps)
     with tempfile.TemporaryDirectory(prefix="bertlab-trace-") as tmp:
         gave = run_trace(replayed, Path(tmp) / "run")
-    return {"command": replayed, "steps": steps, "commit": git_commit(), **gave}
+    return {"command": replayed, "steps": steps, "commit": git_commit(), "machine": machine(),
+            **gave}
 
 
 def replay(trace: dict[str, Any]) -> list[str]:

@@ -264,7 +264,10 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
     if train:
         axes[0].plot(*zip(*train, strict=True), marker=".", label="train loss")
     curve(axes[0], "val_mlm_loss", "val MLM loss")
-    curve(axes[0], "val_nsp_loss", "val NSP loss")
+    pair = next((p for p in ("nsp", "sop") if any(f"val_{p}_accuracy" in r for r in history)),
+                None)  # the pair head's task, if one was trained
+    if pair:
+        curve(axes[0], f"val_{pair}_loss", f"val {pair.upper()} loss")
     axes[0].set_title("loss")
     curve(axes[1], "val_mask_accuracy", "at [MASK] positions")
     curve(axes[1], "val_mlm_accuracy", "all targets (incl. kept)")
@@ -272,8 +275,8 @@ def plot_training_curves(history: list[dict], baseline: float | None = None):
     if baseline is not None:
         axes[1].axhline(baseline, linestyle="--", color="gray", label="no context (unigram)")
     axes[1].set_title("masked-token accuracy")
-    if any("val_nsp_accuracy" in row for row in history):
-        curve(axes[2], "val_nsp_accuracy", "val NSP accuracy")
+    if pair:
+        curve(axes[2], f"val_{pair}_accuracy", f"val {pair.upper()} accuracy")
         axes[2].axhline(0.5, linestyle="--", color="gray", label="chance")
     else:  # no pair objective: the head was never trained, so there is nothing to plot
         axes[2].text(0.5, 0.5, "NSP not trained\n(no pair objective)", ha="center",

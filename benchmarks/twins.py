@@ -1,0 +1,632 @@
+"""The twins: one recipe with NSP beside its MLM-only and SOP twins, trained on any device.
+
+Each arm trains the same recipe with other objectives (`Recipe.with_objectives`): masked LM +
+NSP, masked LM alone, masked LM + SOP. The arms share the steps, the seeds (the initial weights
+and dropout with `--seed k`, the pairs, order and masks with `--data-seed k`), the corpus and the
+schedule, so the objective is the only difference. Every run is one `python -m bertlab pretrain`
+command, in its own folder `--runs`/<arm>-seed<k>/, evaluated every `--eval-interval` steps on
+the course's yardstick: BERT-masked validation pairs (seed 0, whatever the data seed) at the
+run's length and at 64 tokens (`--validate-also`).
+
+Two stages, so a GPU machine only trains and any machine scores:
+
+  train  every arm x seed, `--jobs` at a time. A run cut off (Ctrl-C, SIGTERM, a session that
+         ends) resumes exactly from its newest checkpoint when the same command runs again; a
+         finished run is skipped. Every sitting of a run is noted in its sittings.json (the
+         commit, the minutes, the load average before and after); a run is continued only from
+         the commit it started at. A finished run gets summary.json and model/ (a Hugging Face
+         folder, fp32, or bf16 where fp32 would pass 16 MiB).
+  score  each finished run the record does not hold yet: its last history row at both lengths
+         ([MASK] accuracy with the bar; the pair head's accuracy, or "not trained"), the
+         word-overlap rule on the same validation pairs (notebook 03's rule, fitted on training
+         pairs), cloze, the [CLS] probe with all labels (pooled, raw [CLS], mean of tokens),
+         low-label fine-tuning and probe at 8 and 32 labels per class, 3 seeds each. The run is
+         appended to the record, benchmarks/results/twins-<cpu|gpu>.json, whose summaries are
+         then redone: per arm the mean and sample std over seeds, and each arm minus the MLM-only
+         twin paired by seed (mean +- 2 SE). A record holds the runs of one commit and one device;
+         a CPU record is a CPU result. `--ship NAME=ARM` writes models/NAME (the arm's seed 0,
+         MANIFEST.json with its command, commit, device, minutes, load, scores and, from a CPU,
+         a reproduce trace that tests/test_traces.py replays).
+
+Usage (the CPU twins; the GPU session passes its own settings, see tools/gpu_session.py):
+  python benchmarks/twins.py train --jobs 2         (hours of CPU; run it again to go on)
+  python benchmarks/twins.py score --ship course-nsp=mlm+nsp course-mlm=mlm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _record import REPO  # benchmarks/ is on sys.path when run as a script
+
+RESULTS = REPO / "benchmarks" / "results"
+ARMS = {"mlm+nsp": ("mlm", "nsp"), "mlm": ("mlm",), "mlm+sop": ("mlm", "sop")}
+BASELINE = "mlm"  # the arm every other one is set against
+LABEL_BUDGETS = (8, 32)
+YARDSTICK = 64  # bertlab.recipes.VAL_SEQ_LEN: the course's validation length
+MAX_FILE = 16 * 2**20  # a shipped model's largest file
+TRACE_STEPS = 100
+
+
+def record_path(device: str) -> Path:
+    """Return the record of the twins trained on `device`: twins-cpu.json or twins-gpu.json."""
+    return RESULTS / f"twins-{'cpu' if torch.device(device).type == 'cpu' else 'gpu'}.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 1: the runs
+
+
+def pretrain_command(args: argparse.Namespace, arm: str, seed: int) -> list[str]:
+    """Return the `python -m bertlab` arguments of one run (its folder is the last argument)."""
+    command = ["pretrain", "--recipe", args.recipe, "--objectives", ",".join(ARMS[arm]),
+               "--corpus", _shown(str(args.corpus)), "--preset", args.preset,
+               "--max-steps", str(args.steps), "--seed", str(seed), "--data-seed", str(seed),
+               "--eval-interval", str(args.eval_interval), "--eval-batches",
+               str(args.eval_batches), "--checkpoint-interval", str(args.checkpoint_interval),
+               "--device", args.device, "--validate-also", *map(_shown, args.validate_also),
+               "--no-progress"]
+    for flag, value in (("--threads", args.threads), ("--precision", args.precision),
+                        ("--batch-size", args.batch_size), ("--minutes", args.minutes),
+                        ("--num-workers", args.num_workers)):
+        if value is not None:
+            command += [flag, str(value)]
+    return command + ["--out", str(args.runs / f"{arm}-seed{seed}")]
+
+
+def commits_of_runs(args: argparse.Namespace) -> dict[str, str]:
+    """Return the commit each run in `--runs` started at, by run name."""
+    return {path.parent.name: json.loads(path.read_text())[0]["commit"]
+            for path in sorted(args.runs.glob("*/sittings.json"))}
+
+
+def train_stage(args: argparse.Namespace) -> int:
+    """Train every arm x seed that has not finished, `--jobs` at a time; return 0 if all did."""
+    from bertlab.course.traces import git_commit
+
+    commit = git_commit(REPO)
+    other = {name: c for name, c in commits_of_runs(args).items() if c != commit}
+    if other:
+        name, started = next(iter(other.items()))
+        print(f"twins: {name} in {args.runs} started at commit {started}, this checkout is "
+              f"{commit}: another commit's code would continue it. Run this from a checkout "
+              f"of {started} (git worktree add ../grid {started.split('+')[0]}), or pass another "
+              f"--runs to start over")
+        return 2
+    todo = [(arm, seed) for seed in args.seeds for arm in args.arms
+            if not (args.runs / f"{arm}-seed{seed}" / "summary.json").is_file()]
+    print(f"twins: {len(todo)} run(s) to train, {args.jobs} at a time, in {args.runs}: "
+          f"{', '.join(f'{a}-seed{s}' for a, s in todo) or 'none'}", flush=True)
+    args.runs.mkdir(parents=True, exist_ok=True)
+    running: list[tuple[str, int, subprocess.Popen, dict]] = []
+    failed: list[str] = []
+
+    def stop(signum, frame):  # pass Ctrl-C / SIGTERM on: each run checkpoints, then exits
+        for *_, proc, _ in running:
+            proc.send_signal(signum)
+    previous = [signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        while todo or running:
+            while todo and len(running) < args.jobs:
+                arm, seed = todo.pop(0)
+                running.append((arm, seed, *start_run(args, arm, seed, commit)))
+            time.sleep(1)
+            for item in [r for r in running if r[2].poll() is not None]:
+                running.remove(item)
+                arm, seed, proc, sitting = item
+                if finish_run(args, arm, seed, proc.returncode, sitting) != 0:
+                    failed.append(f"{arm}-seed{seed}")
+    finally:
+        for s, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
+            signal.signal(s, handler)
+    if failed:
+        print(f"twins: not finished: {', '.join(failed)}; run the same command again to resume "
+              f"them (logs: {args.runs}/<run>.log)")
+        return 1
+    return 0
+
+
+def start_run(args: argparse.Namespace, arm: str, seed: int,
+              commit: str | None) -> tuple[subprocess.Popen, dict]:
+    """Start one run's process (resuming its checkpoint if it has one); return it and its
+    sitting (what sittings.json notes)."""
+    from bertlab.checkpoint import latest_checkpoint
+    from bertlab.course.doctor import load_average
+
+    command = pretrain_command(args, arm, seed)
+    run_dir = Path(command[-1])
+    resume = run_dir.is_dir() and latest_checkpoint(run_dir) is not None
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false",
+           **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
+    log = open(args.runs / f"{arm}-seed{seed}.log", "a")  # noqa: SIM115 (closed with the run)
+    proc = subprocess.Popen([sys.executable, "-m", "bertlab", *command,
+                             *(["--resume"] if resume else [])], stdout=log,
+                            stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    print(f"  {arm}-seed{seed}: {'resumed' if resume else 'started'} (pid {proc.pid})",
+          flush=True)
+    return proc, {"commit": commit, "command": command, "resumed": resume, "log": log,
+                  "train_argv": args.argv,
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S"), "clock": time.perf_counter(),
+                  "load_average": [load_average()]}
+
+
+def finish_run(args: argparse.Namespace, arm: str, seed: int, code: int, sitting: dict) -> int:
+    """Note the sitting of a run that ended; for a finished run write summary.json and model/."""
+    from bertlab.course.doctor import load_average
+    from bertlab.util import atomic_write_json
+
+    sitting["log"].close()
+    run_dir = Path(sitting["command"][-1])
+    noted = {k: sitting[k] for k in ("commit", "started", "resumed", "train_argv")}
+    noted.update(wall_minutes=round((time.perf_counter() - sitting["clock"]) / 60, 2),
+                 load_average=[*sitting["load_average"], load_average()], exit=code)
+    path = run_dir / "sittings.json"
+    if run_dir.is_dir():
+        atomic_write_json(path, [*(json.loads(path.read_text()) if path.is_file() else []),
+                                 noted])
+    if code != 0:
+        print(f"  {arm}-seed{seed}: stopped (exit {code}) after {noted['wall_minutes']} min")
+        return code
+    summary = write_summary(run_dir, arm, seed, sitting["command"])
+    print(f"  {arm}-seed{seed}: done, {summary['steps']} steps, {summary['tokens']:,} tokens, "
+          f"{summary['train_minutes']:.1f} min of training in {len(summary['sittings'])} "
+          f"sitting(s)", flush=True)
+    return 0
+
+
+def write_summary(run_dir: Path, arm: str, seed: int, command: list[str]) -> dict:
+    """Write a finished run's summary.json and model/ (what travels back from a GPU machine)."""
+    from bertlab.checkpoint import latest_checkpoint, load_run, read_checkpoint_state
+    from bertlab.hf import save_hf
+    from bertlab.util import atomic_write_json
+
+    state = read_checkpoint_state(latest_checkpoint(run_dir))
+    model, tok = load_run(run_dir)
+    fp32_bytes = sum(p.numel() * 4 for p in model.state_dict().values())
+    dtype = torch.float32 if fp32_bytes <= MAX_FILE else torch.bfloat16
+    save_hf(model.to(dtype), tok, run_dir / "model")
+    from bertlab.device import resolve_device
+
+    config = state["train_config"]
+    on = resolve_device(config["device"])
+    device = torch.cuda.get_device_name(on) if on.type == "cuda" else "cpu"
+    sittings = json.loads((run_dir / "sittings.json").read_text())
+    summary = {
+        "arm": arm, "objectives": list(ARMS[arm]), "seed": seed, "device": device,
+        "command": "python -m bertlab " + " ".join(_shown(a) for a in command),
+        "commit": sittings[0]["commit"], "steps": state["step"],
+        "stopped_by": "max_steps" if state["step"] >= (config["max_steps"] or 0) else
+                      "max_minutes",
+        "tokens": state["tokens"],  # positions fed to the model, padding included
+        "train_minutes": round(state["elapsed_s"] / 60, 2),
+        "wall_minutes": round(sum(s["wall_minutes"] for s in sittings), 2),
+        "sittings": sittings, "dtype": str(dtype).removeprefix("torch."),
+        "run": json.loads((run_dir / "run.json").read_text()),
+        "history": json.loads((run_dir / "history.json").read_text()),
+    }
+    atomic_write_json(run_dir / "summary.json", summary)
+    return summary
+
+
+def _shown(arg: str) -> str:
+    """Return a command argument with paths inside the repository made relative to it."""
+    path = Path(arg)
+    return str(path.relative_to(REPO)) if path.is_absolute() and path.is_relative_to(REPO) else arg
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage 2: what each run learned
+
+
+def overlap(example) -> float:
+    """Return the Jaccard overlap of the token sets of A and B (notebook 03's NSP rule)."""
+    ids = [int(t) for t in example.input_ids]
+    a, b = set(ids[1:1 + example.a_len]), set(ids[2 + example.a_len:-1])
+    return len(a & b) / max(len(a | b), 1)
+
+
+def word_overlap_rule(train, val, fit_pairs: int = 4000) -> dict:
+    """Return the rule's pair accuracy on the validation pairs, its threshold fitted on up to
+    `fit_pairs` training pairs (label 1, NotNext or swapped, when the overlap is below it). On
+    SOP pairs it cannot beat a coin: A and B are the same two segments in either order, and the
+    overlap of two sets does not depend on their order."""
+    picks = random.Random(0).sample(range(len(train)), min(fit_pairs, len(train)))
+    fit = [(overlap(train[i]), train[i].next_sentence_label) for i in picks]
+    held = [(overlap(val[i]), val[i].next_sentence_label) for i in range(len(val))]
+
+    def accuracy(pairs, threshold):
+        return sum((o < threshold) == bool(label) for o, label in pairs) / len(pairs)
+
+    threshold = max((i / 200 for i in range(1, 60)), key=lambda t: accuracy(fit, t))
+    right = accuracy(held, threshold)
+    return {"accuracy": right, "se": math.sqrt(right * (1 - right) / len(held)),
+            "threshold": threshold, "validation_pairs": len(held),
+            "fitted_on_training_pairs": len(fit)}
+
+
+def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
+    """Return (training pairs, validation pairs) at `length` tokens, as the run's command built
+    them: its corpus (text or shards), its pair kind, draw 0 of its data seed, seed 0 for
+    validation."""
+    from bertlab.corpus import load_corpus
+    from bertlab.data import pretraining_loader
+    from bertlab.objectives import pairs_of
+    from bertlab.shards import shard_pair_length
+    from bertlab.util import folder_kind
+
+    pairs = pairs_of(run["objectives"]) if len(run["objectives"]) > 1 else "nsp"
+    args = run["run"]["args"]
+    corpus = REPO / args["corpus"] if not Path(args["corpus"]).is_absolute() else \
+        Path(args["corpus"])
+    if folder_kind(corpus) == "shards":  # NSP pairs at the length each shard folder was cut at
+        folders = [corpus, *(REPO / p for p in args.get("validate_also") or []
+                             if folder_kind(REPO / p) == "shards")]
+        source = next(f for f in folders if shard_pair_length(f) == length)
+        loaders = [pretraining_loader(source, tok, split=s, seed=0) for s in
+                   ("train", "validation")]
+    else:
+        docs = load_corpus(args["corpus"])
+        loaders = [pretraining_loader(docs, tok, split=s, max_seq_len=length, pairs=pairs,
+                                      seed=args["data_seed"] if s == "train" else 0)
+                   for s in ("train", "validation")]
+    return tuple(loader.dataset.examples for loader in loaders)
+
+
+def at_length(history: list[dict], prefix: str, pair: str | None) -> dict:
+    """Return the last history row's yardstick at one length: [MASK] accuracy and the bar, and
+    the pair head's accuracy ("not trained" for masked LM alone)."""
+    last = history[-1]
+    accuracy = (last.get(f"{prefix}{pair}_accuracy", last.get(f"{prefix}nsp_accuracy"))
+                if pair else "not trained")
+    return {"mask_accuracy": last[f"{prefix}mask_accuracy"],
+            "mask_unigram_accuracy": last[f"{prefix}mask_unigram_accuracy"],
+            "mask_targets": last[f"{prefix}mask_targets"], "pair_accuracy": accuracy}
+
+
+def curve(history: list[dict], prefix: str, pair: str | None) -> list[dict]:
+    """Return the validation history at one length, one row per evaluation."""
+    rows = []
+    for row in history:
+        point = {"step": row["step"], "tokens": row["tokens"],
+                 "mask_accuracy": row[f"{prefix}mask_accuracy"]}
+        if pair:
+            point["pair_accuracy"] = row.get(f"{prefix}{pair}_accuracy",
+                                             row.get(f"{prefix}nsp_accuracy"))
+        rows.append(point)
+    return rows
+
+
+def task(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """Return the downstream task's (documents, labels): BBC topics, or `--task-docs` of them
+    drawn at random (small scoring runs, e.g. in tests)."""
+    from bertlab.downstream import load_task
+
+    docs, labels = load_task("bbc-topic")
+    if args.task_docs and args.task_docs < len(docs):
+        keep = sorted(random.Random(0).sample(range(len(docs)), args.task_docs))
+        docs, labels = [docs[i] for i in keep], [labels[i] for i in keep]
+    return docs, labels
+
+
+def cls_scores(model, tok, args: argparse.Namespace) -> dict:
+    """Return the [CLS] probe (pooled, raw [CLS], mean) with all labels, and low-label
+    fine-tuning and probe (pooled) at `--label-budgets` labels per class over
+    `--finetune-seeds` seeds; each reading of the encoder is computed once."""
+    from bertlab.downstream import POOLINGS, cls_features, linear_probe
+    from bertlab.finetune import FinetuneConfig, finetune_classifier, summarize
+
+    docs, labels = task(args)
+    features = {p: cls_features(model, docs, tok, pooling=p) for p in POOLINGS}
+    probes = {p: linear_probe(model, docs, labels, tokenizer=tok, pooling=p, features=features[p])
+              for p in POOLINGS}
+    results = []
+    for k in args.label_budgets:
+        for seed in range(args.finetune_seeds):
+            tuned = finetune_classifier(model, docs, labels, tokenizer=tok, k_per_class=k,
+                                        config=FinetuneConfig(seed=seed))
+            tuned.model = None  # keep memory flat over many runs
+            results += [tuned, linear_probe(model, docs, labels, tokenizer=tok, k_per_class=k,
+                                            seed=seed, features=features["pooled"])]
+    rows = {f"{r['method']} @ {r['k_per_class']}": {
+        "accuracy_mean": r["accuracy_mean"], "accuracy_std": r["accuracy_std"],
+        "macro_f1_mean": r["macro_f1_mean"], "runs": r["runs"]} for r in summarize(results)}
+    return {"cls_probe_all_labels": {p: {"accuracy": r.accuracy, "macro_f1": r.macro_f1}
+                                     for p, r in probes.items()},
+            "low_label": rows, "finetune_seeds": args.finetune_seeds,
+            "task_documents": len(docs)}
+
+
+def score_run(folder: Path, args: argparse.Namespace) -> dict:
+    """Return one finished run's entry of the record."""
+    from bertlab.course.cloze import CLOZE_SET, cloze_score
+    from bertlab.loading import load_model
+
+    summary = json.loads((folder / "summary.json").read_text())
+    pair = summary["objectives"][1] if len(summary["objectives"]) > 1 else None
+    model, tok = load_model(folder / "model", require_tokenizer=True)
+    model = model.float()
+    length = summary["run"]["max_seq_len"]
+    rules = {}
+    for n in sorted({length, YARDSTICK}):
+        train, val = pair_examples(summary, tok, n)
+        rules[str(n)] = word_overlap_rule(train, val)
+    cloze = cloze_score(model, tok, CLOZE_SET)
+    keep = ("arm", "objectives", "seed", "device", "command", "commit", "steps", "stopped_by",
+            "tokens", "train_minutes", "wall_minutes", "sittings", "dtype")
+    entry = {k: summary[k] for k in keep}
+    entry.update({
+        "recipe": summary["run"]["args"]["recipe"],
+        "pair_objective": pair, "max_seq_len": length,
+        "load_average": [x for s in summary["sittings"] for x in s["load_average"]],
+        "at": {str(length): at_length(summary["history"], "val_", pair),
+               str(YARDSTICK): at_length(summary["history"], f"val_{YARDSTICK}_", pair)},
+        "history": {str(length): curve(summary["history"], "val_", pair),
+                    str(YARDSTICK): curve(summary["history"], f"val_{YARDSTICK}_", pair)},
+        "word_overlap_rule": rules,
+        "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
+        **cls_scores(model, tok, args),
+    })
+    return entry
+
+
+def random_init(runs: list[dict], args: argparse.Namespace) -> dict:
+    """Return the [CLS] probe of untrained models (each seed's initial weights): the floor."""
+    from bertlab.downstream import POOLINGS, linear_probe
+    from bertlab.loading import load_model
+    from bertlab.model import BertForPreTraining
+
+    docs, labels = task(args)
+    folder = args.runs / f"{runs[0]['arm']}-seed{runs[0]['seed']}"
+    trained, tok = load_model(folder / "model", require_tokenizer=True)
+    out = {}
+    for seed in sorted({r["seed"] for r in runs}):
+        model = BertForPreTraining(trained.config,
+                                   generator=torch.Generator().manual_seed(seed))
+        out[str(seed)] = {p: linear_probe(model, docs, labels, tokenizer=tok,
+                                          pooling=p).accuracy for p in POOLINGS}
+    return out
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Return per arm the mean and sample std over seeds of each measure, and each arm minus
+    the MLM-only twin paired by seed (mean, 2 SE, the per-seed differences)."""
+    measures = measures_of(runs[0])
+    by = {(r["arm"], r["seed"]): r for r in runs}
+    arms = sorted({r["arm"] for r in runs}, key=list(ARMS).index)
+    per_arm, paired = {}, {}
+    for arm in arms:
+        mine = [r for r in runs if r["arm"] == arm]
+        per_arm[arm] = {name: _spread([get(r) for r in mine]) for name, get in measures.items()
+                        if all(get(r) is not None for r in mine)}
+        if arm == BASELINE:
+            continue
+        seeds = sorted(s for a, s in by if a == arm and (BASELINE, s) in by)
+        paired[f"{arm} - {BASELINE}"] = {
+            name: _spread([get(by[(arm, s)]) - get(by[(BASELINE, s)]) for s in seeds], seeds)
+            for name, get in measures.items()
+            if seeds and all(get(by[(a, s)]) is not None for s in seeds for a in (arm, BASELINE))}
+    steps = {r["steps"] for r in runs}
+    return {"per_arm": per_arm, "paired_by_seed": paired, "same_steps": len(steps) == 1}
+
+
+def measures_of(run: dict) -> dict:
+    """Return the record's measures: name -> how to read it from a run (None: not measured)."""
+    lengths = list(run["at"])
+
+    def pair(n):
+        return lambda r: (None if isinstance(r["at"][n]["pair_accuracy"], str)
+                          else r["at"][n]["pair_accuracy"])
+    out = {f"mask_accuracy_{n}": (lambda r, n=n: r["at"][n]["mask_accuracy"]) for n in lengths}
+    out.update({f"pair_accuracy_{n}": pair(n) for n in lengths})
+    out["cloze_top1"] = lambda r: r["cloze"]["top1"]
+    out.update({f"cls_probe_{p}": (lambda r, p=p: r["cls_probe_all_labels"][p]["accuracy"])
+                for p in run["cls_probe_all_labels"]})
+    out.update({name: (lambda r, name=name: r["low_label"][name]["accuracy_mean"])
+                for name in run["low_label"]})
+    return out
+
+
+def _spread(values: list[float], seeds: list[int] | None = None) -> dict:
+    n = len(values)
+    std = statistics.stdev(values) if n > 1 else None
+    out = {"mean": statistics.fmean(values), "std": std, "n": n,
+           "two_se": 2 * std / math.sqrt(n) if std is not None else None}
+    if seeds is not None:
+        out["per_seed"] = dict(zip(map(str, seeds), values, strict=True))
+    return out
+
+
+def score_stage(args: argparse.Namespace) -> int:
+    """Score every finished run the record lacks, append it, redo the summaries; ship models."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    path = args.record or record_path(args.device)
+    record = json.loads(path.read_text()) if path.is_file() else {"runs": []}
+    held = {(r["arm"], r["seed"]) for r in record["runs"]}
+    folders = sorted(p for p in args.runs.glob("*/summary.json"))
+    if not folders and not record["runs"]:
+        raise SystemExit(f"twins score: no finished run in {args.runs} (train first)")
+    for summary_file in folders:
+        summary = json.loads(summary_file.read_text())
+        if (summary["arm"], summary["seed"]) in held:
+            continue
+        check_same_origin(record, summary, path)
+        entry = score_run(summary_file.parent, args)
+        record["runs"].append(entry)
+        record["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
+        write_twins_record(path, record, args)  # after every run: a later sitting skips it
+        at = entry["at"][str(YARDSTICK)]
+        print(f"{entry['arm']}-seed{entry['seed']}: [MASK] {at['mask_accuracy']:.3f} at "
+              f"{YARDSTICK} (bar {at['mask_unigram_accuracy']:.3f}), pair {at['pair_accuracy']}"
+              f", overlap rule {entry['word_overlap_rule'][str(YARDSTICK)]['accuracy']:.3f}, "
+              f"cloze {entry['cloze']['top1']:.2f}, probe "
+              f"{entry['cls_probe_all_labels']['pooled']['accuracy']:.3f}", flush=True)
+    if record["runs"] and "random_init" not in record:
+        record["random_init"] = random_init(record["runs"], args)
+        write_twins_record(path, record, args)
+    for name, arm in (s.split("=", 1) for s in args.ship):
+        ship(args, record, name, arm, path)
+    return 0
+
+
+def check_same_origin(record: dict, summary: dict, path: Path) -> None:
+    """Refuse a run of another commit or device than the record's runs (one grid per record)."""
+    if not record["runs"]:
+        return
+    first = record["runs"][0]
+    for key in ("commit", "device", "recipe"):
+        mine = summary["run"]["args"]["recipe"] if key == "recipe" else summary[key]
+        if mine != first[key]:
+            raise SystemExit(f"twins score: {summary['arm']}-seed{summary['seed']} was trained "
+                             f"with {key} {mine}, the runs in {path} with {first[key]}: "
+                             f"one record holds one grid; write this one elsewhere (--record)")
+
+
+def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> None:
+    """Write the record: what made it, the runs so far and their summaries."""
+    from bertlab.recipes import recipe
+    from bertlab.util import atomic_write_json
+
+    runs = record["runs"]
+    first = runs[0]
+    record.update({
+        "what": "one recipe's twins: MLM + NSP, MLM alone, MLM + SOP (the objective is the only "
+                "difference); pair accuracy is NSP for the NSP arm, SOP for the SOP arm",
+        "device": first["device"], "commit": first["commit"],
+        "train_command": "python benchmarks/twins.py train " + " ".join(args.train_argv),
+        "score_command": "python benchmarks/twins.py score " + " ".join(args.argv),
+        "recipe": recipe(first["recipe"]).to_dict(), "steps": sorted({r["steps"] for r in runs}),
+        "yardstick": f"BERT-masked validation pairs (15%, 80/10/10, seed 0) at "
+                     f"{first['max_seq_len']} and {YARDSTICK} tokens, every pair",
+        "runs": runs, "summary": summarise(runs)})
+    atomic_write_json(path, record)
+
+
+def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path) -> None:
+    """Write models/NAME: the arm's first seed as a Hugging Face folder, with MANIFEST.json."""
+    import shutil
+
+    from bertlab.course.traces import make_trace
+    from bertlab.util import atomic_write_json
+
+    runs = [r for r in record["runs"] if r["arm"] == arm]
+    if not runs:
+        raise SystemExit(f"twins score --ship {name}={arm}: the record holds no {arm} run yet")
+    run = min(runs, key=lambda r: r["seed"])
+    folder = args.runs / f"{arm}-seed{run['seed']}"
+    out = args.models / name
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(folder / "model", staging)
+    command = run["command"].split()[3:]  # after "python -m bertlab"
+    manifest = {
+        "what": f"a {record['recipe']['name']}-recipe BERT pretrained by bertlab on BBC News "
+                f"with {' + '.join(o.upper() for o in run['objectives'])}: the {arm} arm of "
+                f"{_shown(str(path))}, seed {run['seed']}",
+        "objectives": run["objectives"], "device": run["device"], "command": run["command"],
+        "commit": run["commit"], "made_by": record["train_command"],
+        "scored_by": record["score_command"], "steps": run["steps"], "tokens": run["tokens"],
+        "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
+        "load_average": run["load_average"], "recipe": record["recipe"], "dtype": run["dtype"],
+        "scores": {k: run[k] for k in ("at", "word_overlap_rule", "cloze",
+                                       "cls_probe_all_labels", "low_label")},
+        "files": {f.name: f.stat().st_size for f in sorted(staging.iterdir()) if f.is_file()},
+    }
+    if run["device"] == "cpu":  # the command's first steps, replayed by tests/test_traces.py
+        manifest["trace"] = make_trace(command, TRACE_STEPS)
+    atomic_write_json(staging / "MANIFEST.json", manifest)
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    biggest = max(f.stat().st_size for f in out.iterdir()) / 2**20
+    print(f"model written: {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
+          f"(largest file {biggest:.1f} MiB)")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="stage", required=True)
+    for name in ("train", "score"):
+        p = sub.add_parser(name)
+        p.add_argument("--runs", type=Path, default=None,
+                       help="the run folders (default: runs/twins-<cpu|gpu>)")
+        p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (score: where the "
+                       "runs were trained, which names the record)")
+        p.add_argument("--threads", type=int, default=None, help="torch CPU threads per run")
+        if name == "score":
+            p.add_argument("--finetune-seeds", type=int, default=3)
+            p.add_argument("--label-budgets", type=int, nargs="+", default=list(LABEL_BUDGETS),
+                           help="labelled documents per class for fine-tuning and the probe")
+            p.add_argument("--task-docs", type=int, default=None,
+                           help="score on this many BBC documents drawn at random (default: "
+                                "all 2,225; fewer for a quick check)")
+            p.add_argument("--record", type=Path, default=None,
+                           help="default: benchmarks/results/twins-<cpu|gpu>.json")
+            p.add_argument("--ship", nargs="*", default=[], metavar="NAME=ARM",
+                           help="write models/NAME from the arm's first seed")
+            p.add_argument("--models", type=Path, default=REPO / "models")
+            p.add_argument("--train-argv", default="", help=argparse.SUPPRESS)
+            continue
+        p.add_argument("--recipe", default="nsp", help="the recipe every arm trains")
+        p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+        p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+        p.add_argument("--jobs", type=int, default=2, help="runs at once")
+        p.add_argument("--corpus", default="bbc", help="bbc, text, or shards from prepare")
+        p.add_argument("--validate-also", nargs="+", default=[str(YARDSTICK)],
+                       help="pretrain --validate-also (a length, or shards at another length)")
+        p.add_argument("--preset", default="tiny")
+        p.add_argument("--steps", type=int, default=None, help="default: the recipe's budget")
+        p.add_argument("--minutes", type=float, default=None, help="a deadline as well")
+        p.add_argument("--batch-size", type=int, default=None, help="default: the recipe's")
+        p.add_argument("--precision", default=None, help="default: the recipe's")
+        p.add_argument("--eval-interval", type=int, default=500)
+        p.add_argument("--eval-batches", type=int, default=100)
+        p.add_argument("--checkpoint-interval", type=_steps_or_none, default=250,
+                       help="steps between checkpoints (none: only at the end)")
+        p.add_argument("--num-workers", type=int, default=None)
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
+    args.runs = args.runs or REPO / "runs" / record_path(args.device).stem
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.stage == "score":
+        args.train_argv = args.train_argv.split() if args.train_argv else _train_argv(args)
+        return score_stage(args)
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        print("twins: no CUDA GPU here, nothing trained (pass --device cpu for the CPU twins)")
+        return 0
+    from bertlab.recipes import recipe
+
+    chosen = recipe(args.recipe)
+    args.steps = args.steps or chosen.steps
+    if args.steps is None:
+        parser.error(f"--recipe {args.recipe} names no step budget: pass --steps")
+    return train_stage(args)
+
+
+def _steps_or_none(text: str) -> int | None:
+    return None if text.lower() == "none" else int(text)
+
+
+def _train_argv(args: argparse.Namespace) -> list[str]:
+    """Return the train command's arguments, as the runs' sittings noted them (first sitting)."""
+    for sittings in sorted(args.runs.glob("*/sittings.json")):
+        return json.loads(sittings.read_text())[0].get("train_argv") or []
+    return []
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""benchmarks/twins.py on small sizes: three arms trained as CLI runs, resumed, scored, shipped.
+
+The same code trains the CPU twins for hours and, with other settings, the GPU session's twins.
+Here each run is 4 steps of a small model; the record and the models go to a temporary folder,
+never over benchmarks/results/ or models/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
+from bertlab.loading import load_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "twins.py"
+SMALL = ["--recipe", "bert", "--steps", "4", "--batch-size", "8", "--eval-interval", "2",
+         "--eval-batches", "2", "--threads", "1", "--checkpoint-interval", "2"]
+
+
+def run(*args: str, code: int = 0, timeout: int = 900) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_three_arms_train_resume_score_and_ship(tmp_path):
+    runs, record, models = tmp_path / "runs", tmp_path / "twins-cpu.json", tmp_path / "models"
+    train = ["train", *SMALL, "--seeds", "0", "--jobs", "3", "--runs", str(runs)]
+    done = run(*train)
+    assert "3 run(s) to train" in done.stdout
+    for arm in ("mlm+nsp", "mlm", "mlm+sop"):
+        summary = json.loads((runs / f"{arm}-seed0" / "summary.json").read_text())
+        assert summary["steps"] == 4 and summary["objectives"] == arm.split("+")
+        assert "--seed 0 --data-seed 0" in summary["command"]
+        assert [r["step"] for r in summary["history"]] == [0, 2, 4]
+        assert all("val_64_mask_accuracy" in r for r in summary["history"])  # the yardstick
+        assert len(summary["sittings"]) == 1 and summary["sittings"][0]["exit"] == 0
+    # A run that lost its summary (cut off after its last checkpoint) is resumed, not redone.
+    (runs / "mlm-seed0" / "summary.json").unlink()
+    again = run(*train)
+    assert "1 run(s) to train" in again.stdout and "mlm-seed0: resumed" in again.stdout
+    assert len(json.loads((runs / "mlm-seed0" / "sittings.json").read_text())) == 2
+    # Runs are continued only by the code they started with.
+    sittings = runs / "mlm-seed0" / "sittings.json"
+    noted = json.loads(sittings.read_text())
+    sittings.write_text(json.dumps([{**noted[0], "commit": "0" * 40}, *noted[1:]]))
+    refused = run(*train, code=2)
+    assert "started at commit" in refused.stdout
+    sittings.write_text(json.dumps(noted))
+
+    score = ["score", "--runs", str(runs), "--record", str(record),
+             "--finetune-seeds", "1", "--label-budgets", "8", "--threads", "2", "--task-docs", "300",
+             "--models", str(models), "--ship", "test-nsp=mlm+nsp"]
+    run(*score)
+    data = json.loads(record.read_text())
+    assert data["device"] == "cpu" and [r["arm"] for r in data["runs"]] == [
+        "mlm+nsp", "mlm", "mlm+sop"]
+    by = {r["arm"]: r for r in data["runs"]}
+    assert by["mlm"]["at"]["64"]["pair_accuracy"] == "not trained"
+    assert all("pair_accuracy" not in h for h in by["mlm"]["history"]["128"])
+    for arm in ("mlm+nsp", "mlm+sop"):
+        assert 0 <= by[arm]["at"]["64"]["pair_accuracy"] <= 1
+        assert by[arm]["pair_objective"] == arm.split("+")[1]
+    # The word-overlap rule reads NSP pairs well and SOP pairs not at all (same sets, either order).
+    assert 0.6 < by["mlm+nsp"]["word_overlap_rule"]["64"]["accuracy"] < 0.8
+    assert abs(by["mlm+sop"]["word_overlap_rule"]["64"]["accuracy"] - 0.5) < 0.05
+    assert set(by["mlm"]["cls_probe_all_labels"]) == {"pooled", "cls", "mean"}
+    assert set(data["random_init"]["0"]) == {"pooled", "cls", "mean"}
+    paired = data["summary"]["paired_by_seed"]["mlm+nsp - mlm"]["cloze_top1"]
+    assert paired["per_seed"]["0"] == pytest.approx(by["mlm+nsp"]["cloze"]["top1"]
+                                                    - by["mlm"]["cloze"]["top1"])
+    assert "pair_accuracy_64" in data["summary"]["per_arm"]["mlm+sop"]
+    assert "pair_accuracy_64" not in data["summary"]["per_arm"]["mlm"]
+    # Scoring again adds nothing: every run is in the record already.
+    before = record.read_text()
+    run(*score[:-2])
+    assert json.loads(record.read_text())["runs"] == json.loads(before)["runs"]
+
+    # What notebooks 05 and 06 print from such a record: every run, then each arm's gaps.
+    lines = twins_lines(data)
+    assert "no pair head trained" in lines[2] and "NSP 0." in lines[1] and "SOP 0." in lines[3]
+    assert any(line.startswith("mlm+sop - mlm, cloze_top1: ") for line in lines)
+    assert [len(c) for c in gpu_curves(data).values()] == [3, 3, 3]
+    # ...and a CPU record is never taken for a GPU result.
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "twins-gpu.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="made on a CPU .* not a GPU result"):
+        load_gpu_records(tmp_path)
+
+    manifest = json.loads((models / "test-nsp" / "MANIFEST.json").read_text())
+    assert manifest["objectives"] == ["mlm", "nsp"] and manifest["device"] == "cpu"
+    assert manifest["trace"]["history"] and manifest["commit"] == by["mlm+nsp"]["commit"]
+    model, tok = load_model(models / "test-nsp", require_tokenizer=True)
+    assert tok.get_vocab_size() == model.config.vocab_size
+    assert torch.isfinite(next(model.parameters())).all()
+    from bertlab.course.traces import replay
+
+    assert replay(manifest["trace"]) == []
+
+
+def test_without_a_gpu_session_the_notebooks_say_so_in_words(tmp_path):
+    records = load_gpu_records(tmp_path)
+    assert records.throughput is None and records.pretrain is None
+    assert "No GPU pretraining record yet" in twins_lines(None)[0]
+    assert gpu_curves(None) == {}
+    # The repository holds GPU records only from a GPU (none yet, or a real device name).
+    committed = load_gpu_records(ROOT)
+    for record in (committed.throughput, committed.pretrain):
+        assert record is None or "cpu" not in record["device"].lower()
