@@ -4,7 +4,7 @@ Both sides get the same padded BBC batches (64 sequences of [CLS] sentences [SEP
 tokens, padded to the longest row) and run alternately, batch by batch, in one process: for each
 batch the steps run in a fresh random order, each step three times in a row. The first of the
 three runs on caches the previous step left cold ("cold"), the other two on warm ones ("warm").
-Two comparisons:
+Three comparisons:
 
 1. masking alone: `mask_tokens(ids, specials, attention_mask=..., generator=g)` (and with
    `row_seeds=`) vs `collator.torch_mask_tokens(ids, special_tokens_mask=None)`, which is how
@@ -12,10 +12,16 @@ Two comparisons:
    that mask row by row in Python);
 2. the whole collate from a list of examples (bertlab.data.PretrainingCollator: pad, segment ids,
    attention mask, row-seeded masking) vs calling the
-   collator on the same list of {"input_ids": [...]} examples.
+   collator on the same list of {"input_ids": [...]} examples;
+3. transformers.Trainer's data path: `trainer.get_train_dataloader()` over one datasets.Dataset
+   of the same examples (an `index` column beside `input_ids`), iterated for --trainer-batches
+   batches, with bertlab's collator (token by token, and whole words; remove_unused_columns=False)
+   and with DataCollatorForLanguageModeling (the Trainer's default column removal), alternately.
+   Each pass includes what both sides share: the Trainer's sampler and the rows read from Arrow.
 
 Prints medians (wall clock, and for warm calls also the calling thread's CPU time, which a busy
-shared machine disturbs less), tokens/s (padded positions) and the ratios. Takes ~30 s. Run:
+shared machine disturbs less), tokens/s (padded positions) and the ratios; for the Trainer row,
+the median wall time per batch over the passes. Takes ~30 s. Run:
     .venv/bin/python benchmarks/masking.py
 """
 
@@ -25,6 +31,7 @@ import argparse
 import itertools
 import random
 import statistics
+import tempfile
 import time
 import warnings
 
@@ -88,10 +95,51 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - start, time.thread_time() - start_cpu
 
 
+def trainer_loaders(tok, hf_tok, examples: list[list[int]], folder: str) -> dict[str, object]:
+    """Trainer's own train DataLoader over one datasets.Dataset, with each side's collator."""
+    import datasets
+    from transformers import BertConfig, BertForMaskedLM, Trainer, TrainingArguments
+
+    rows = datasets.Dataset.from_dict({"input_ids": examples,
+                                       "index": list(range(len(examples)))})
+    model = BertForMaskedLM(BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32,
+                                       num_hidden_layers=1, num_attention_heads=2,
+                                       intermediate_size=64))  # never run: the Trainer needs one
+    sides = {"trainer_hf": (DataCollatorForLanguageModeling(hf_tok, mlm_probability=0.15, seed=0),
+                            True),
+             "trainer_ours": (PretrainingCollator(tok, seed=0), False),
+             "trainer_ours_words": (PretrainingCollator(tok, whole_word=True, seed=0), False)}
+    loaders = {}
+    for key, (collator, drop_columns) in sides.items():
+        args = TrainingArguments(output_dir=folder, per_device_train_batch_size=BATCH, seed=0,
+                                 report_to=[], use_cpu=True, save_strategy="no",
+                                 remove_unused_columns=drop_columns)
+        trainer = Trainer(model=model, args=args, train_dataset=rows, data_collator=collator)
+        loaders[key] = trainer.get_train_dataloader()
+    return loaders
+
+
+def time_trainer_path(loaders: dict[str, object], batches: int, repeats: int) -> dict[str, float]:
+    """Median seconds per batch of iterating each loader for `batches` batches, sides alternating
+    in a fresh order per pass (the first pass warms up and is not counted)."""
+    order_rng = random.Random(1)
+    times: dict[str, list[float]] = {key: [] for key in loaders}
+    for repeat in range(repeats + 1):
+        for key in order_rng.sample(sorted(loaders), len(loaders)):
+            start = time.perf_counter()
+            for _ in zip(range(batches), loaders[key], strict=False):
+                pass
+            if repeat:
+                times[key].append((time.perf_counter() - start) / batches)
+    return {key: statistics.median(v) for key, v in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=40, help="distinct batches (default 40)")
     parser.add_argument("--repeats", type=int, default=5, help="passes over them (default 5)")
+    parser.add_argument("--trainer-batches", type=int, default=20,
+                        help="batches per pass over the Trainer's DataLoader (default 20)")
     args = parser.parse_args()
 
     docs = bl.load_corpus("bbc")
@@ -173,6 +221,17 @@ def main() -> None:
           "calls, the calling thread's CPU time (steadier on a busy machine); cold: the first\n"
           "call of each block, right after another step. M tok/s counts padded positions;\n"
           "ratio = transformers time / this time.")
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = time_trainer_path(trainer_loaders(tok, hf_tok, examples, folder),
+                                    args.trainer_batches, args.repeats)
+    print(f"Trainer data path, get_train_dataloader(), {args.trainer_batches} batches of {BATCH} "
+          f"per pass, median ms per batch over {args.repeats} passes:")
+    for name, key in (("  transformers DataCollatorForLanguageModeling", "trainer_hf"),
+                      ("  bertlab PretrainingCollator (token by token)", "trainer_ours"),
+                      ("  bertlab PretrainingCollator (whole words)", "trainer_ours_words")):
+        print(f"{name:<50}{trainer[key] * 1e3:>8.3f} ms"
+              f"{trainer['trainer_hf'] / trainer[key]:>7.1f}x")
 
 if __name__ == "__main__":
     main()

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from bertlab.card import model_card, run_facts
 from bertlab.checkpoint import latest_checkpoint, read_checkpoint_state
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
@@ -31,7 +32,7 @@ from bertlab.device import close_distributed, init_distributed, resolve_device
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
-from bertlab.hf import save_hf
+from bertlab.hf import is_users_readme, save_hf
 from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
@@ -256,7 +257,8 @@ def _add_pretrain_settings(p: argparse.ArgumentParser) -> None:
     train_group = p.add_argument_group("training (bertlab.TrainConfig)")
     train_defaults = TrainConfig().to_dict() | {k: "from --recipe" for k in RECIPE_TRAIN_FIELDS}
     _add_dataclass_flags(train_group, TrainConfig, None, train_defaults,
-                         aliases={"max_minutes": "--minutes"})
+                         aliases={"max_minutes": "--minutes",
+                                  "tensorboard_dir": "--tensorboard"})
 
 
 def _add_finetune(sub: argparse._SubParsersAction) -> None:
@@ -290,11 +292,14 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
 def _add_export_hf(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export-hf", help="export a run's model and tokenizer as a Hugging Face "
                                          "folder", description="Write config.json, "
-                       "model.safetensors and tokenizer files that transformers can load.")
+                       "model.safetensors and tokenizer files that transformers can load, and "
+                       "README.md, a model card of what the run recorded (unless out_dir holds "
+                       "a README.md of yours, which is kept).")
     p.add_argument("run_dir", help="a pretraining run folder (from pretrain)")
     p.add_argument("out_dir", help="folder to write the Hugging Face files into")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an earlier export in out_dir (files of yours there are kept)")
+                   help="replace an earlier export in out_dir (files of yours there are kept, "
+                        "a README.md of yours too; the model card bertlab wrote is replaced)")
 
 
 def _add_fill_mask(sub: argparse._SubParsersAction) -> None:
@@ -743,10 +748,12 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
                          f"--overwrite to replace it (files of yours there, such as a README.md, "
                          f"are kept), or choose another folder (nothing was written)")
     model, tok = load_model(run_dir, kinds=("run",))
-    save_hf(model, tok, out_dir)
+    yours = replacing and is_users_readme(out_dir / "README.md")
+    save_hf(model, tok, out_dir, card=model_card(run_facts(run_dir, out_dir)))
     print(f"{'replaced the previous export in' if replacing else 'wrote'} {out_dir}: load it "
           f"with transformers.BertForPreTraining.from_pretrained({str(out_dir)!r}) or "
-          f"bertlab.load_hf")
+          f"bertlab.load_hf; " + ("your README.md there is kept as it was" if yours else
+                                  "README.md is its model card"))
     return 0
 
 

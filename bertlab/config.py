@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bertlab.eventlog import INSTALL, check_tensorboard
 from bertlab.util import check_number
 
 
@@ -78,6 +79,9 @@ class TrainConfig:
     log_interval: int = _setting(10, "steps between progress updates (0: none)")
     progress: bool = _setting(True, "show a progress bar and one line per evaluation (in a "
                               "log file, not a terminal: a plain line every 30 s instead)")
+    tensorboard_dir: str | None = _setting(None, "also write TensorBoard event files here: the "
+                                                 "losses, lr, tokens/s and every validation "
+                                                 f"metric (None: off; needs {INSTALL})")
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
@@ -116,6 +120,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.batch_size={self.batch_size} is not divisible by "
                              f"grad_accum={self.grad_accum}; the global batch is split evenly "
                              f"into micro-batches")
+        if self.tensorboard_dir is not None:  # refused now, before a run writes anything
+            check_tensorboard("TrainConfig.tensorboard_dir")
+            self.tensorboard_dir = str(self.tensorboard_dir)  # a Path too; saved as JSON
 
     def to_dict(self) -> dict:
         """Return the settings as a JSON-ready dict; `TrainConfig(**d)` reverses it."""

@@ -229,6 +229,15 @@ class PretrainingCollator:
     specials and padding (for `bertlab.zh.whole_word_scores`; the model does not take it, so
     leave it off for training). Picklable, so DataLoader workers can use it.
 
+    Rows of a `datasets.Dataset` (what `transformers.Trainer` hands its `data_collator`) work
+    too: an item needs only `input_ids`; `token_type_ids` (zeros when absent),
+    `next_sentence_label` (returned only when the items carry it, so `BertForMaskedLM` takes the
+    batch) and `word_ids` (-1 or None at specials) are optional. An item without the
+    `row_seed` that `NspDataset` gives needs an `index` (its row number): its mask then comes
+    from (`seed`, epoch, index), as in `NspDataset`, whatever batch or worker it lands in;
+    `set_epoch` moves the epoch on (`bertlab.hf_trainer.mask_epoch_callback` does it per
+    Trainer epoch).
+
     Taught in notebooks/08_chinese_bert.ipynb.
     """
 
@@ -240,7 +249,12 @@ class PretrainingCollator:
         whole_word: bool = False,
         pad_to_multiple_of: int | None = None,
         return_word_ids: bool = False,
+        seed: int = 0,
     ) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed={seed!r}; pass a whole number (the masks of rows without a "
+                             f"'row_seed' come from seed, epoch and the row's 'index')")
+        self.seed, self.epoch = seed, 0
         if pad_to_multiple_of is not None and (
             not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1
         ):
@@ -265,12 +279,35 @@ class PretrainingCollator:
                 tokens[token_id] = token
             self.vocab = np.array(tokens)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Mask rows that carry an `index` (not a `row_seed`) with `epoch`'s masks from now on."""
+        _check_epoch(epoch)
+        self.epoch = epoch
+
+    def _row_seeds(self, items: Sequence[dict[str, Any]]) -> torch.Tensor:
+        """Return each item's masking seed: its `row_seed`, else one from (seed, epoch, index)."""
+        if all("row_seed" in item for item in items):
+            return torch.tensor([item["row_seed"] for item in items], dtype=torch.int64)
+        if not all("row_seed" in item or "index" in item for item in items):
+            raise ValueError(
+                "PretrainingCollator: an item has neither 'row_seed' nor 'index', so its mask "
+                "cannot be the same in every worker and batch; give each row its number, e.g. "
+                "dataset.add_column('index', range(len(dataset))), and keep that column in "
+                "transformers.Trainer with TrainingArguments(remove_unused_columns=False)")
+        seeds = [item["row_seed"] if "row_seed" in item
+                 else int(example_seed(self.seed, self.epoch, int(item["index"])))
+                 for item in items]
+        return torch.tensor(seeds, dtype=torch.int64)
+
     def _word_ids(self, items: Sequence[dict[str, Any]], ids: np.ndarray) -> torch.Tensor:
         """Word index per token (B, T), -1 on specials and padding: the items' own, or from "##"."""
         if all("word_ids" in item for item in items):
             words = np.full(ids.shape, -1, dtype=np.int64)
             for row, item in enumerate(items):
-                words[row, : len(item["word_ids"])] = item["word_ids"]
+                given = item["word_ids"]
+                if not isinstance(given, np.ndarray):  # a datasets row: None at the specials
+                    given = [-1 if w is None else w for w in given]
+                words[row, : len(given)] = given
             return torch.from_numpy(words)
         if any("word_ids" in item for item in items):
             raise ValueError("PretrainingCollator: some items carry 'word_ids' and some do not; "
@@ -289,11 +326,11 @@ class PretrainingCollator:
         for row, item in enumerate(items):
             n = len(item["input_ids"])
             ids[row, :n] = item["input_ids"]
-            types[row, :n] = item["token_type_ids"]
+            types[row, :n] = item.get("token_type_ids", 0)
             attention[row, :n] = 1
         word_ids = self._word_ids(items, ids) if self.vocab is not None else None
         attention_mask = torch.from_numpy(attention)
-        row_seeds = torch.tensor([item["row_seed"] for item in items], dtype=torch.int64)
+        row_seeds = self._row_seeds(items)
         # Padding is never selected (attention_mask), so its labels are -100 too.
         masked, labels = mask_tokens(
             torch.from_numpy(ids), self.special, attention_mask=attention_mask,
@@ -305,10 +342,14 @@ class PretrainingCollator:
             "token_type_ids": torch.from_numpy(types),
             "attention_mask": attention_mask,
             "labels": labels,
-            "next_sentence_label": torch.tensor(
-                [item["next_sentence_label"] for item in items], dtype=torch.int64
-            ),
         }
+        labelled = sum("next_sentence_label" in item for item in items)
+        if 0 < labelled < len(items):
+            raise ValueError(f"PretrainingCollator: {labelled} of {len(items)} items carry a "
+                             f"'next_sentence_label'; give one to every pair or to none")
+        if labelled:
+            batch["next_sentence_label"] = torch.tensor(
+                [item["next_sentence_label"] for item in items], dtype=torch.int64)
         if self.return_word_ids:
             batch["word_ids"] = word_ids
         return batch

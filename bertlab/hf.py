@@ -79,6 +79,10 @@ _REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_
                          "intermediate_size")
 _FLOAT_CONFIG_FIELDS = ("hidden_dropout", "attention_dropout", "layer_norm_eps",
                         "initializer_range")
+# The line that marks a README.md as a model card bertlab wrote (`bertlab.card`): an export
+# replaces such a card, and keeps any other README.md, a user's own, untouched.
+CARD_MARK = ("<!-- This model card was written by bertlab; a new export replaces it. Delete this "
+             "line to keep your edits. -->")
 _SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                    "sep_token": "[SEP]", "mask_token": "[MASK]"}
 
@@ -323,13 +327,16 @@ def save_hf(
     tokenizer: Tokenizer | None,
     out_dir: str | Path,
     label_names: list[str] | None = None,
+    card: str | None = None,
 ) -> Path:
     """Return `out_dir` after writing a Hugging Face folder there: config.json,
-    model.safetensors and (unless `tokenizer` is None) the tokenizer files.
+    model.safetensors, (unless `tokenizer` is None) the tokenizer files and (with `card`, the
+    text of a model card from `bertlab.card`) README.md.
 
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
     a crash never leaves half a model. An existing export there is replaced, and the files in it
-    that an export does not write (a README.md model card, say) are kept; weights of another
+    that an export does not write are kept, a README.md of the user's too (one without
+    `CARD_MARK`: `card` then is not written); weights of another
     format there are refused. Any other non-empty folder, a file or a path under a file is
     refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
     FileExistsError, for a folder that holds something else).
@@ -353,6 +360,8 @@ def save_hf(
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}
+    if card is not None and not (kind == "hf" and is_users_readme(out_dir / "README.md")):
+        files["README.md"] = card
     kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if kind == "hf" else []
 
     def write(folder: Path) -> None:
@@ -363,6 +372,13 @@ def save_hf(
             keep_entry(entry, folder / entry.name)
 
     return atomic_write_folder(out_dir, write)
+
+
+def is_users_readme(path: Path) -> bool:
+    """Return whether `path` is there and is not a model card bertlab wrote (no CARD_MARK)."""
+    if not path.exists():
+        return False
+    return not (path.is_file() and CARD_MARK in path.read_text(encoding="utf-8", errors="replace"))
 
 
 _WEIGHT_FILES = (".bin", ".safetensors", ".h5", ".msgpack", ".ckpt", ".index.json")

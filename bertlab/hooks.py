@@ -5,7 +5,8 @@ evaluation, logging and checkpoints.
 needs besides: a run folder that one process at a time may write (`bertlab.resume`), an exact
 resume from the newest checkpoint that verifies, Ctrl-C and SIGTERM answered with a checkpoint,
 a dropout stream of the run's own, held-out evaluations whose time does not count as training,
-a progress bar, and checkpoints every `checkpoint_interval` steps. Under torchrun every process
+a progress bar, TensorBoard event files (`tensorboard_dir`, `bertlab.eventlog`), and
+checkpoints every `checkpoint_interval` steps. Under torchrun every process
 runs the same calls; rank 0 alone writes and logs.
 """
 
@@ -35,6 +36,7 @@ from bertlab.device import (
     resolve_device,
     resolve_precision,
 )
+from bertlab.eventlog import EventLog
 from bertlab.resume import (
     CheckpointSaver,
     DataPosition,
@@ -152,6 +154,7 @@ class RunHooks:
         self.step_losses: list[float] = []
         self.window = Window()
         self.bar: tqdm | None = None
+        self.events: EventLog | None = None  # TensorBoard, rank 0 alone (opened by start)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -169,6 +172,8 @@ class RunHooks:
                 yield
             finally:
                 self._close_bar()
+                if self.events is not None:
+                    self.events.close()
 
     def start(self, model: nn.Module, optimizer: torch.optim.Optimizer,
               scaler: torch.amp.GradScaler, train_loader: Iterable[Batch]) -> RunState:
@@ -200,6 +205,9 @@ class RunHooks:
              "train_config": self.config.to_dict()},
             saved_step=run.step if self.resume else None)
         self.bar = _progress_bar(self.config, run, self.is_main)
+        if self.config.tensorboard_dir is not None and self.is_main:
+            self.events = EventLog(self.config.tensorboard_dir, tuple(self.val_loaders),
+                                   run.step, resumed=self.resume)
         self.clock = time.perf_counter() - run.elapsed_s
         self.last_line = time.perf_counter()  # when log mode last printed a progress line
         self.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
@@ -244,6 +252,9 @@ class RunHooks:
         self.rng = rng_state(self.device)
         self.step_losses.append(loss)
         self.window.add(loss, tokens, time.perf_counter() - self.step_start)
+        if self.events is not None and self.config.log_interval and \
+                run.step % self.config.log_interval == 0:
+            self.events.step_loss(run.step, loss)
         if _show_progress(self.bar, self.config, run, self.window, loss, lr, self.is_main,
                           self.clock, self.last_line):
             self.last_line = time.perf_counter()
@@ -319,6 +330,8 @@ class RunHooks:
                                 row.items() if not k.startswith(_DETAIL)))  # history.json has all
         if self.out is not None:
             _write_history(self.out, run.history)
+        if self.events is not None:
+            self.events.row(row)
         return time.perf_counter() - start
 
 

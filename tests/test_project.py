@@ -193,9 +193,9 @@ LAYERS = (
     "document", "sentences", "textfiles", "records", "corpus", "wordpiece", "tokenizer",  # 01 text
     "draws", "masking",                                                      # 02 masking
     "nsp", "sop", "single", "objectives", "streaming", "shards", "data",               # 03 pairs, batches
-    "model", "classifier", "sizes", "hf",                                    # 04 encoder
-    "device", "config", "checkpoint", "loading", "resume", "optim", "hooks", "train",
-    "pretraining", "recipes",                                                # 05 pretraining
+    "model", "classifier", "sizes", "hf", "hf_trainer",                                  # 04 encoder
+    "device", "eventlog", "config", "checkpoint", "loading", "resume", "optim", "hooks", "train",
+    "pretraining", "recipes", "card",                                             # 05 pretraining
     "downstream", "finetune",                                                # 06 downstream
     "zh",                                                                    # 08 Chinese
 )

@@ -2,9 +2,10 @@
 
 Runs `python -m bertlab pretrain` with the course recipe on the embedded BBC corpus, exports the
 result as a Hugging Face folder (config.json, model.safetensors, tokenizer files) into
-models/course-tiny/, and writes MANIFEST.json beside it (and README.md, its model card): the exact commands, the recipe, a digest
+models/course-tiny/, and writes MANIFEST.json beside it: the exact commands, the recipe, a digest
 of the corpus text and of every file written, and the model's held-out scores ([MASK]
-accuracy on BERT-masked 64-token pairs with the no-context bar, the cloze set). A notebook that
+accuracy on BERT-masked 64-token pairs with the no-context bar, the cloze set); README.md, the
+model card, is made from that MANIFEST (`bertlab.card`). A notebook that
 loads the model reads MANIFEST.json too, so it can say what it loaded and how it was made.
 
 Usage: python tools/course_model.py [--steps 8000] [--threads 1]     (make course-model)
