@@ -234,8 +234,25 @@ def show(records: list[dict]) -> None:
               f"{statistics.median(r['train_minutes'] for r in rs):7.1f} "
               f"{min(loads):4.1f}-{max(loads):.1f}")
     if records:
-        print(f"bar at 64 tokens: {records[0]['mask_unigram_accuracy_64']:.3f}; word-overlap "
-              f"rule on the same pairs: see --stage rule")
+        rule = overlap_rule()
+        print(f"bar at 64 tokens: {records[0]['mask_unigram_accuracy_64']:.3f}; notebook 03's "
+              f"word-overlap rule on the same {rule['validation_pairs']:,} pairs: NSP "
+              f"{rule['accuracy']:.3f} +- {2 * rule['se']:.3f} (2 SE)")
+
+
+def overlap_rule() -> dict:
+    """Return the word-overlap rule's NSP accuracy on the search's 64-token validation pairs
+    (fitted on training pairs): the baseline a trial's NSP has to beat."""
+    from twins import word_overlap_rule  # benchmarks/twins.py
+
+    import bertlab as bl
+    from bertlab.data import pretraining_loader
+
+    docs = bl.load_corpus("bbc")
+    tok = bl.train_tokenizer(docs, vocab_size=8192)
+    train, val = (pretraining_loader(docs, tok, split=split, max_seq_len=VAL_PAIRS_SEQ, seed=0)
+                  .dataset.examples for split in ("train", "validation"))
+    return word_overlap_rule(train, val)
 
 
 def commit() -> str:
