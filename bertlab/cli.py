@@ -41,7 +41,7 @@ from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.records import BAD_ROW_CHOICES
 from bertlab.resume import check_resume, check_run_folder, hold_run_folder, interrupt_on_sigterm
-from bertlab.shards import prepare_command, shard_pair_length
+from bertlab.shards import prepare_command, shard_folder, shard_pair_length, shard_segments
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
 from bertlab.train import TrainConfig, TrainResult
 from bertlab.util import (
@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="tokenize a corpus into NSP shards on disk",
                        description="Turn a corpus into memory-mapped NSP shards (train and "
-                                   "validation splits) plus its tokenizer, for large corpora.")
+                                   "validation splits) plus its tokenizer, for large corpora; "
+                                   "--segments single writes single segments instead.")
     p.add_argument("--corpus", required=True,
                    help="a corpus name (bbc), a BERT-format .txt file, a folder of .txt files, "
                         "or rows: a .jsonl, .csv, .tsv or .parquet file (any of them may be .gz)")
@@ -151,6 +152,10 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                         "NotNext partners each time; a run trains epoch e on draw e %% K, so a "
                         "small corpus repeated many times is not the same pairs every epoch "
                         "(default: 1)")
+    p.add_argument("--segments", default="pairs", choices=INPUTS,
+                   help="pairs: NSP pairs [CLS] A [SEP] B [SEP]; single: [CLS] text [SEP], "
+                        "sentences packed per document, for pretrain --objectives mlm "
+                        "--segments single on text of one-sentence documents (default: pairs)")
     _add_encoding_errors(p)
     _add_row_fields(p)
 
@@ -213,8 +218,8 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--segments", default="pairs", choices=INPUTS,
                    help="pairs: [CLS] A [SEP] B [SEP] from documents of two or more sentences; "
                         "single: [CLS] text [SEP], sentences packed per document, for masked LM "
-                        "alone on text of one-sentence documents (reviews, tweets) "
-                        "(default: pairs)")
+                        "alone on text of one-sentence documents (reviews, tweets), or on "
+                        "shards from prepare --segments single (default: pairs)")
     p.add_argument("--mlm-probability", type=float, default=None,
                    help="share of training tokens selected as targets, then 80/10/10; "
                         "validation is always masked BERT's way (default: from --recipe)")
@@ -351,7 +356,8 @@ def _check_threads(n: int | None) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    """Write NSP shards and the tokenizer for `--corpus` into `--out`."""
+    """Write NSP shards (or single segments, --segments single) and the tokenizer for
+    `--corpus` into `--out`."""
     out = Path(args.out)
     # Before the tokenizer is trained (minutes on a large corpus), not after.
     check_output_folder(out, "--out")
@@ -359,14 +365,16 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
                                   seed=args.seed, vocab_size=args.vocab_size,
                                   shard_size=args.shard_size, pair_draws=args.pair_draws,
-                                  errors=args.encoding_errors, read=_read_options(args))
+                                  errors=args.encoding_errors, read=_read_options(args),
+                                  segments=args.segments)
     for split, meta in summary["splits"].items():
         draws = (f" per draw of pairs (draw 0; {meta['pair_draws']} draws)"
                  if meta.get("pair_draws", 1) > 1 else "")
         print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens{draws}, "
               f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
+    single = " --objectives mlm --segments single" if args.segments == SINGLE else ""
     print(f"shards and tokenizer.json written to {out}; next: python -m bertlab pretrain "
-          f"--corpus {out} --out runs/NAME")
+          f"--corpus {out} --out runs/NAME{single}")
     return 0
 
 
@@ -541,13 +549,34 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                          f"objective trains on [CLS] A [SEP] B [SEP]; pass --objectives mlm to "
                          f"train masked LM alone on single segments, or drop --segments "
                          f"single") from None
-    if shards and pairs != "nsp":
-        what = ("single segments" if pairs == SINGLE else "sentence-order pairs")
-        raise ValueError(f"--objectives {','.join(objectives)} --segments {args.segments}: the "
-                         f"shards in {corpus} hold NSP pairs (prepare builds those); {what} are "
-                         f"built from the text: pass the corpus itself as --corpus")
+    if shards:
+        _check_shard_segments(corpus, objectives, args.segments, pairs)
     return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, objectives,
                              pairs, settings)
+
+
+def _check_shard_segments(corpus: Path, objectives: tuple[str, ...], segments: str,
+                          pairs: str) -> None:
+    """Raise ValueError, naming the fix, unless the shards in `corpus` hold what the run trains
+    on: NSP pairs for pairs (nsp, or masked LM alone), single segments for --segments single."""
+    asked = f"--objectives {','.join(objectives)} --segments {segments}"
+    if shard_segments(shard_folder(corpus, "train")) == SINGLE:
+        if pairs != SINGLE:
+            raise ValueError(f"{asked}: the shards in {corpus} hold single segments (prepare "
+                             f"--segments single), which have no sentence pairs or pair "
+                             f"labels; pass --objectives mlm --segments single to train masked "
+                             f"LM on them, or prepare the corpus again without --segments "
+                             f"single for NSP pairs")
+        return
+    if pairs == SINGLE:
+        raise ValueError(f"{asked}: the shards in {corpus} hold NSP pairs (prepare's default); "
+                         f"single segments are built from the text: prepare it again with "
+                         f"--segments single, pass the corpus itself as --corpus, or drop "
+                         f"--segments single to train on these pairs")
+    if pairs != "nsp":
+        raise ValueError(f"{asked}: the shards in {corpus} hold NSP pairs (prepare builds "
+                         f"those); sentence-order pairs are built from the text: pass the "
+                         f"corpus itself as --corpus")
 
 
 def _flag_names(cls: str, error: ValueError) -> str:

@@ -36,8 +36,14 @@ from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
 from bertlab.nsp import NspExample, pair_draw_seed, tokenize_corpus
-from bertlab.objectives import pair_builder
-from bertlab.shards import ShardExamples, check_pair_draws, pair_draws_in, shard_folder
+from bertlab.objectives import SINGLE, pair_builder
+from bertlab.shards import (
+    ShardExamples,
+    check_pair_draws,
+    pair_draws_in,
+    shard_folder,
+    shard_segments,
+)
 from bertlab.tokenizer import SpecialIds, special_ids
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
@@ -556,6 +562,8 @@ def pretraining_loader(
     says how examples are built from Documents (`bertlab.objectives`): "nsp" (B follows A, or
     comes from another document), "sop" (A and B back to back, swapped half the time) or
     "single" ([CLS] text [SEP] with no pair label, for masked LM alone: `bertlab.single`).
+    A shard folder holds NSP pairs, or single segments (`prepare --segments single`) that
+    `pairs="single"` reads; any other `pairs` for what it holds is refused.
     `word_ids`: with NSP examples, one word-id list per example (`bertlab.zh.nsp_word_ids`), so
     `whole_word=True` masks those words (the Chinese path) instead of "##" words.
 
@@ -646,6 +654,28 @@ def _grouped_batches(dataset: NspDataset, batch_size: int, seed: int, group_by_l
                                      group_batches=group_by_length, world=world, rank=rank)
 
 
+def _shard_folder_of(source: str | Path, split: str | None, pairs: str) -> Path:
+    """Return the folder of `split`'s shards under `source` after checking that they hold the
+    examples `pairs` asks for (NSP pairs for "nsp", `prepare --segments single` for "single";
+    no shards hold other pairs); raise ValueError naming the fix otherwise."""
+    if pairs not in ("nsp", SINGLE):
+        raise ValueError(f"pretraining_loader: {source} is a shard folder, and shards hold NSP "
+                         f"pairs or single segments (what prepare builds); {pairs} pairs are "
+                         f"built from documents: pass the corpus itself, not prepared shards")
+    folder = shard_folder(source, split)
+    held = shard_segments(folder)
+    if held == SINGLE and pairs != SINGLE:
+        raise ValueError(f"pretraining_loader: the shards in {folder} hold single segments "
+                         f"(prepare --segments single), which have no {pairs} pairs; pass "
+                         f"pairs='single' to train masked LM alone on them, or prepare the "
+                         f"corpus again without --segments single for NSP pairs")
+    if held != SINGLE and pairs == SINGLE:
+        raise ValueError(f"pretraining_loader: the shards in {folder} hold NSP pairs; single "
+                         f"segments are built from documents: pass the corpus itself, not "
+                         f"prepared shards, or prepare them with --segments single")
+    return folder
+
+
 def _examples(
     source: Sequence[Document] | Sequence[NspExample] | str | Path, tokenizer: Tokenizer | SpecialIds,
     split: str | None, *, with_word_ids: bool, max_seq_len: int, seed: int, short_seq_prob: float,
@@ -672,11 +702,7 @@ def _examples(
         raise ValueError("pretraining_loader: word_ids go with the NSP examples they were built "
                          "for (nsp_word_ids); pass those examples, not Documents or shards")
     if items is None:
-        if pairs != "nsp":
-            raise ValueError(f"pretraining_loader: the shards in {source} hold NSP pairs (prepare "
-                             f"builds those); {pairs} pairs are built from documents: pass the "
-                             f"corpus itself, not prepared shards")
-        folder = shard_folder(source, split)
+        folder = _shard_folder_of(source, split, pairs)
         held = pair_draws_in(folder)
         if pair_draws is not None and pair_draws > held:
             raise ValueError(f"pretraining_loader: pair_draws={pair_draws}, but the shards in "

@@ -3,7 +3,9 @@
 `prepare_shards` streams a corpus (`bertlab.streaming`) into per-split folders of shards (the
 CLI's `prepare` is `prepare_command`); `ShardExamples` reads them back lazily, as a sequence of
 examples that `bertlab.data.NspDataset` takes like the list `create_nsp_examples` returns, so a
-loader sees the same items either way.
+loader sees the same items either way. `segments="single"` writes single segments ([CLS] text
+[SEP], `bertlab.single`) in the same format instead: A is the text, there is no B, and the
+label is -100 (no pair label); meta.json says `"segments": "single"` (`shard_segments`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from tokenizers import Tokenizer
 from bertlab.corpus import CORPORA
 from bertlab.document import SPLITS, Document
 from bertlab.nsp import NOT_NEXT, NspExample
+from bertlab.objectives import INPUTS, SINGLE
+from bertlab.single import SingleExample
 from bertlab.streaming import StreamingNspBuilder, iter_documents
 from bertlab.tokenizer import load_tokenizer, train_tokenizer
 from bertlab.util import (
@@ -50,7 +54,7 @@ class _ShardWriter:
         self.labels = array("b")
         self.doc_index = array("q")
 
-    def add(self, ex: NspExample) -> None:
+    def add(self, ex: NspExample | SingleExample) -> None:
         self.tokens.extend(ex.input_ids)
         self.lengths.append(len(ex.input_ids))
         self.a_lens.append(ex.a_len)
@@ -103,6 +107,7 @@ def prepare_shards(
     batch_chars: int = 4_000_000,
     errors: str = "strict",
     read: Mapping[str, Any] | None = None,
+    segments: str = "pairs",
 ) -> dict[str, Any]:
     """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
 
@@ -124,7 +129,11 @@ def prepare_shards(
     (long_lines_split, documents_split, folders_skipped, hidden_skipped, bad_rows_skipped).
     `errors` ("strict", "replace", "ignore") says what to do with bytes that are not UTF-8;
     `read` (text_field, doc_field, on_bad_row) how a file of rows is read (`iter_corpus`).
-    `tokenizer` may be a path to a saved tokenizer.
+    `tokenizer` may be a path to a saved tokenizer. `segments="single"` writes single segments
+    instead of pairs (`StreamingNspBuilder(segments=)`: for masked LM alone, on text whose
+    documents may have one sentence each), in the same files: the ids are [CLS] text [SEP],
+    a_len the text's length, the label -100 (no pair label), and meta.json has
+    `"segments": "single"`; a split needs one document with text, not two.
 
     Everything is checked before anything is written: the settings, the corpus path, and
     `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
@@ -134,12 +143,7 @@ def prepare_shards(
     """
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(tokenizer)
-    if not isinstance(shard_size, int) or shard_size < 1:
-        raise ValueError(f"shard_size={shard_size!r}; pass the number of examples per shard (>= 1)")
-    if splits is not None:
-        unknown = sorted(set(splits) - set(SPLITS))
-        if unknown or not splits:
-            raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
+    _check_layout(shard_size, splits, segments)
     check_pair_draws(pair_draws, dupe_factor)
     out = Path(out_dir)
     check_output_folder(out, "out_dir")
@@ -150,6 +154,8 @@ def prepare_shards(
     settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
                     dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
                     reservoir_docs=reservoir_docs, batch_chars=batch_chars)
+    if segments == SINGLE:  # recorded in meta.json (pair shards, as before, say nothing)
+        settings["segments"] = SINGLE
     label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
     # The training split's builder makes one pass over each batch of documents per draw, and
     # each pass's pairs (their `draw`) go to that draw's shards.
@@ -178,6 +184,19 @@ def prepare_shards(
     return summary
 
 
+def _check_layout(shard_size: object, splits: Sequence[str] | None, segments: str) -> None:
+    """Raise ValueError (naming the fix) on a bad `prepare_shards` shard size, splits or segments."""
+    if not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"shard_size={shard_size!r}; pass the number of examples per shard (>= 1)")
+    if splits is not None:
+        unknown = sorted(set(splits) - set(SPLITS))
+        if unknown or not splits:
+            raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
+    if segments not in INPUTS:
+        raise ValueError(f"segments={segments!r} is not known; choose from {', '.join(INPUTS)} "
+                         f"(the CLI's prepare --segments)")
+
+
 def check_pair_draws(pair_draws: object, dupe_factor: int = 1) -> None:
     """Raise ValueError (naming the fix) unless `pair_draws` is a whole number >= 1 that does not
     come with a dupe factor."""
@@ -200,8 +219,9 @@ def _check_some_pairs(splits: dict[str, dict[str, Any]], label: str) -> None:
            f"at least two (A, then the B that follows it)" if seen and one == seen else
            f"its {seen} documents gave no [CLS] A [SEP] B [SEP] pair")
     one_each = bool(seen) and one == seen
-    fix = ("; to train masked LM alone on such text, skip prepare and run pretrain --corpus "
-           "on the text itself with --objectives mlm --segments single" if one_each else "")
+    fix = ("; to train masked LM alone on such text, prepare single segments instead "
+           "(prepare --segments single) and pretrain on them with --objectives mlm --segments "
+           "single" if one_each else "")
     raise ValueError(f"{label} has no training pairs: {why}; give documents of several "
                      f"sentences (a blank line separates documents in a .txt file, so check "
                      f"that one is not put after every sentence){fix} (nothing was written)")
@@ -353,8 +373,16 @@ def pair_draws_in(folder: str | Path) -> int:
     return int(meta.get("pair_draws", 1))
 
 
+def shard_segments(folder: str | Path) -> str:
+    """Return what a shard folder holds: "pairs" ([CLS] A [SEP] B [SEP] with NSP labels) or
+    "single" (single segments, `prepare_shards(segments="single")`)."""
+    meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
+    return str(meta.get("segments", "pairs"))
+
+
 class ShardExample(NamedTuple):
-    """One example as the shards hold it: its ids, the length of A, its NSP label, its document."""
+    """One example as the shards hold it: its ids, the length of A, its NSP label (-100 for a
+    single segment: no pair label), its document."""
 
     input_ids: np.ndarray
     a_len: int

@@ -23,7 +23,13 @@ from tokenizers import Tokenizer
 
 from bertlab.document import Document
 from bertlab.masking import IGNORE_INDEX
-from bertlab.nsp import NspExamples, TokenizedCorpus, as_tokenized, check_nsp_settings
+from bertlab.nsp import (
+    NspExamples,
+    TokenizedCorpus,
+    as_tokenized,
+    check_nsp_settings,
+    pair_draw_seed,
+)
 from bertlab.tokenizer import SpecialIds, special_ids
 
 
@@ -40,6 +46,17 @@ class SingleExample:
     sentences: tuple[int, int]
     cut: int = 0
     b_len: int = 0  # there is no second segment
+    draw: int = 0  # the pass over the corpus that built it (0 .. dupe_factor - 1)
+
+    @property
+    def tokens_dropped(self) -> int:
+        """Return the tokens cut off the end (what a shard's meta.json counts)."""
+        return self.cut
+
+    @property
+    def truncated(self) -> bool:
+        """Return whether tokens were cut off."""
+        return self.cut > 0
 
     @property
     def next_sentence_label(self) -> int:
@@ -66,6 +83,37 @@ def _chunks(sents: Sequence[list[int]], max_tokens: int, short_seq_prob: float,
         start = end
 
 
+def single_pass_rng(seed: int, draw: int) -> random.Random:
+    """Return the random source of pass `draw` over the corpus (its own per pass, so a stream of
+    documents, `bertlab.streaming`, makes the passes batch by batch and gets the same examples;
+    pass k is what pass 0 of seed `pair_draw_seed(seed, k)` is)."""
+    return random.Random(f"single:{pair_draw_seed(seed, draw)}")
+
+
+def document_singles(special: SpecialIds, doc_index: int, doc_id: str,
+                     sents: Sequence[list[int]], *, max_seq_len: int, short_seq_prob: float,
+                     rng: random.Random, draw: int = 0) -> Iterator[SingleExample]:
+    """Yield the single segments of one pass over one tokenized document (shared by
+    `create_single_examples` and the streaming path)."""
+    max_tokens = max_seq_len - 2  # room for [CLS] and [SEP]
+    for start, end in _chunks(sents, max_tokens, short_seq_prob, rng):
+        text = [t for s in sents[start:end] for t in s]
+        cut = max(len(text) - max_tokens, 0)
+        text = text[:max_tokens]
+        yield SingleExample(input_ids=[special.cls, *text, special.sep], a_len=len(text),
+                            doc_id=doc_id, doc_index=doc_index, sentences=(start, end), cut=cut,
+                            draw=draw)
+
+
+def check_single_settings(max_seq_len: int, short_seq_prob: float, balance: str,
+                          dupe_factor: int) -> None:
+    """Raise ValueError (naming the setting and a fix) if a single-segment setting is wrong."""
+    check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+    if balance != "exact":
+        raise ValueError(f"single segments have no pair label to balance; leave balance at "
+                         f"'exact' (got balance={balance!r})")
+
+
 def create_single_examples(
     docs: Sequence[Document] | TokenizedCorpus,
     tokenizer: Tokenizer | SpecialIds,
@@ -85,30 +133,25 @@ def create_single_examples(
     in `examples.info["tokens_cut"]`). Every document with text gives at least one example, so a
     corpus of one-sentence documents loses nothing. `balance` has no meaning here and must stay
     "exact" (the signature is the pair builders', so `pretraining_loader` can call any of them).
-    Examples come in document order; the same seed gives the same examples.
+    Examples come in document order; the same seed gives the same examples, and each pass
+    draws from its own random source (`single_pass_rng`), so `prepare --segments single`, which
+    streams the documents, writes these same examples.
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
-    check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
-    if balance != "exact":
-        raise ValueError(f"single segments have no pair label to balance; leave balance at "
-                         f"'exact' (got balance={balance!r})")
+    check_single_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
     corpus = as_tokenized(docs, tokenizer, include_title, "create_single_examples")
     if not any(corpus.sentences):
         raise ValueError(f"{corpus.name} is empty: no document has a sentence with text; pass "
                          f"documents with sentences (bertlab.load_corpus)")
     special = special_ids(tokenizer)
-    max_tokens = max_seq_len - 2  # room for [CLS] and [SEP]
-    rng = random.Random(f"single:{seed}")
     examples = NspExamples(info={"documents": len(corpus), "tokens_cut": 0})
-    for _ in range(dupe_factor):
+    for draw in range(dupe_factor):
+        rng = single_pass_rng(seed, draw)
         for d, sents in enumerate(corpus.sentences):
-            for start, end in _chunks(sents, max_tokens, short_seq_prob, rng):
-                text = [t for s in sents[start:end] for t in s]
-                cut = max(len(text) - max_tokens, 0)
-                text = text[:max_tokens]
-                examples.info["tokens_cut"] += cut
-                examples.append(SingleExample(
-                    input_ids=[special.cls, *text, special.sep], a_len=len(text),
-                    doc_id=corpus.doc_ids[d], doc_index=d, sentences=(start, end), cut=cut))
+            for ex in document_singles(special, d, corpus.doc_ids[d], sents,
+                                       max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
+                                       rng=rng, draw=draw):
+                examples.info["tokens_cut"] += ex.cut
+                examples.append(ex)
     return examples

@@ -3,7 +3,9 @@
 `iter_documents` reads a corpus one document at a time; `StreamingNspBuilder` tokenizes them a
 batch at a time and builds NSP pairs (`bertlab.nsp.PairBuilder`, the same recipe as
 `create_nsp_examples`), drawing NotNext B from the current batch or from a reservoir sample of
-earlier documents. `bertlab.shards.prepare_shards` writes what it yields to disk.
+earlier documents, or (`segments="single"`) single segments, [CLS] text [SEP], exactly those
+`create_single_examples` builds in memory. `bertlab.shards.prepare_shards` writes what it
+yields to disk.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from tokenizers import Tokenizer
 from bertlab.corpus import iter_corpus
 from bertlab.document import Document
 from bertlab.nsp import NspExample, PairBuilder, check_nsp_settings
+from bertlab.objectives import INPUTS, SINGLE
+from bertlab.single import SingleExample, check_single_settings, document_singles, single_pass_rng
 from bertlab.tokenizer import encode_sentences, special_ids
 
 
@@ -68,15 +72,23 @@ class StreamingNspBuilder:
     of its document, a random window of whole sentences). B never comes from A's own document.
     Memory: one batch plus the reservoir (and the ids of documents not yet taken with
     `take_doc_ids`).
+
+    `segments="single"` yields single segments instead (`bertlab.single`: a document's sentences
+    packed into [CLS] text [SEP], no pair label), the examples `create_single_examples` gives for
+    the same documents and seed: they need no other document, so there is no reservoir, and
+    one document with text is enough.
     """
 
     def __init__(
         self, tokenizer: Tokenizer, *, max_seq_len: int = 128, short_seq_prob: float = 0.1,
         seed: int = 0, balance: str = "exact", dupe_factor: int = 1, include_title: bool = False,
         batch_docs: int = 256, reservoir_docs: int = 1000, batch_chars: int = 4_000_000,
-        name: str = "corpus",
+        name: str = "corpus", segments: str = "pairs",
     ) -> None:
-        check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
+        if segments not in INPUTS:
+            raise ValueError(f"segments={segments!r} is not known; choose from {', '.join(INPUTS)}")
+        check = check_single_settings if segments == SINGLE else check_nsp_settings
+        check(max_seq_len, short_seq_prob, balance, dupe_factor)
         if batch_docs < 2 or reservoir_docs < 1 or batch_chars < 1:
             raise ValueError(
                 f"batch_docs={batch_docs}, reservoir_docs={reservoir_docs}, "
@@ -85,10 +97,14 @@ class StreamingNspBuilder:
             )
         self.tokenizer, self.include_title, self.name = tokenizer, include_title, name
         self.batch_docs, self.reservoir_docs, self.dupe_factor = batch_docs, reservoir_docs, dupe_factor
-        self.batch_chars = batch_chars
+        self.batch_chars, self.segments = batch_chars, segments
+        self.max_seq_len, self.short_seq_prob = max_seq_len, short_seq_prob
+        self.special = special_ids(tokenizer)
+        # Single segments: one random source per pass, as create_single_examples has.
+        self.single_rngs = [single_pass_rng(seed, k) for k in range(dupe_factor)]
         self.window_tokens = 16 * max_seq_len
         self.rng = random.Random(seed)
-        self.builder = PairBuilder(special_ids(tokenizer), max_seq_len=max_seq_len,
+        self.builder = PairBuilder(self.special, max_seq_len=max_seq_len,
                                    short_seq_prob=short_seq_prob, balance=balance, rng=self.rng)
         self.reservoir: list[tuple[int, _PackedDoc]] = []
         self.seen = 0  # documents with text so far; also the next document index
@@ -96,7 +112,7 @@ class StreamingNspBuilder:
         self.pending: list[Document] = []
         self.pending_chars = 0
 
-    def add(self, doc: Document) -> Iterator[NspExample]:
+    def add(self, doc: Document) -> Iterator[NspExample | SingleExample]:
         """Queue a document; yield the examples of a batch when one is full."""
         self.pending.append(doc)
         self.pending_chars += sum(len(s) for s in doc.sentences)
@@ -113,8 +129,9 @@ class StreamingNspBuilder:
         ids, self.doc_ids = self.doc_ids, []
         return ids
 
-    def finish(self) -> Iterator[NspExample]:
-        """Yield the examples of the last, partial batch; raise if the stream had < 2 documents."""
+    def finish(self) -> Iterator[NspExample | SingleExample]:
+        """Yield the examples of the last, partial batch; raise if the stream had < 2 documents
+        (pairs) or none (single segments)."""
         yield from self._flush(final=True)
 
     def _window(self, sents: list[list[int]]) -> list[list[int]]:
@@ -128,7 +145,9 @@ class StreamingNspBuilder:
             end += 1
         return sents[first:end]
 
-    def _flush(self, final: bool = False) -> Iterator[NspExample]:
+    def _tokenized_batch(self) -> list[tuple[int, str, list[list[int]]]]:
+        """Return the pending documents tokenized, as (index, id, sentence ids) for each one
+        with text (indexed here, in order), and forget them."""
         docs, self.pending, self.pending_chars = self.pending, [], 0
         texts, counts = [], []
         for doc in docs:
@@ -145,11 +164,23 @@ class StreamingNspBuilder:
                 batch.append((self.seen, doc.id, sents))
                 self.doc_ids.append(doc.id)
                 self.seen += 1
-        if final and self.seen < 2:
+        return batch
+
+    def _flush(self, final: bool = False) -> Iterator[NspExample | SingleExample]:
+        batch = self._tokenized_batch()
+        single = self.segments == SINGLE
+        if final and self.seen < (1 if single else 2):
             what = "no document with text" if self.seen == 0 else "1 document"
-            raise ValueError(
-                f"{self.name} has {what}; NSP needs at least 2 (negatives come from other documents)"
-            )
+            need = ("single segments need at least 1" if single else
+                    "NSP needs at least 2 (negatives come from other documents)")
+            raise ValueError(f"{self.name} has {what}; {need}")
+        if single:
+            for draw, rng in enumerate(self.single_rngs):
+                for d, doc_id, sents in batch:
+                    yield from document_singles(self.special, d, doc_id, sents, rng=rng,
+                                                max_seq_len=self.max_seq_len,
+                                                short_seq_prob=self.short_seq_prob, draw=draw)
+            return
         pool = self.reservoir + [(d, sents) for d, _, sents in batch]
         slot = {d: i for i, (d, _) in enumerate(pool)}
 

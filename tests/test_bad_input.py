@@ -74,6 +74,10 @@ def world(tmp_path_factory) -> dict[str, str]:
     paths["one_sentence"].mkdir()
     for i, doc in enumerate(docs[:30]):
         (paths["one_sentence"] / f"review{i:02d}.txt").write_text(doc.sentences[0] + "\n")
+    paths["single_shards"] = root / "single-shards"  # prepare --segments single of those
+    assert main(["prepare", "--corpus", str(paths["one_sentence"]), "--out",
+                 str(paths["single_shards"]), "--vocab-size", "300", "--max-seq-len", "64",
+                 "--segments", "single"]) == 0
     paths["latin1"] = root / "latin1"  # one file saved in Windows' cp1252, not UTF-8
     paths["latin1"].mkdir()
     for i, doc in enumerate(docs[:40]):
@@ -379,7 +383,19 @@ CASES = [
      ["--segments single", "--objectives mlm,nsp", "pass --objectives mlm"]),
     ("pretrain-single-segments-from-shards",
      "pretrain --corpus {shards} --out {root}/new --objectives mlm --segments single TINY",
-     ["--segments single", "{shards}", "hold NSP pairs", "built from the text"]),
+     ["--segments single", "{shards}", "hold NSP pairs", "built from the text",
+      "prepare it again with --segments single"]),
+    ("pretrain-nsp-on-single-segment-shards",
+     "pretrain --corpus {single_shards} --out {root}/new --objectives mlm,nsp TINY",
+     ["--objectives mlm,nsp --segments pairs", "{single_shards}", "hold single segments",
+      "pass --objectives mlm --segments single"]),
+    ("pretrain-single-segment-shards-as-pairs",
+     "pretrain --corpus {single_shards} --out {root}/new --objectives mlm TINY",
+     ["--objectives mlm --segments pairs", "{single_shards}", "hold single segments",
+      "pass --objectives mlm --segments single"]),
+    ("pretrain-single-segment-shards-with-the-recipe-s-nsp",
+     "pretrain --corpus {single_shards} --out {root}/new --recipe bert TINY",
+     ["{single_shards}", "hold single segments", "pass --objectives mlm --segments single"]),
     ("prepare-corpus-not-utf8", "prepare --corpus {latin1} --out {root}/new",
      ["{latin1}/doc03.txt", "not valid UTF-8", "--encoding-errors replace"]),
     ("pretrain-corpus-not-utf8", "pretrain --corpus {latin1} --out {root}/new TINY",

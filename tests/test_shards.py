@@ -1,4 +1,4 @@
-"""Streaming NSP preparation and on-disk shards: round trips, splits, bounded memory, safe writes."""
+"""Streaming preparation (pairs, single segments) and on-disk shards: round trips, splits, memory."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import pytest
 import torch
 
 import bertlab as bl
+from bertlab.cli import main
 from bertlab.data import BATCH_KEYS, NspDataset, PretrainingCollator, pretraining_loader
 from bertlab.document import Document, split_documents
+from bertlab.nsp import pair_draw_seed
 from bertlab.shards import ShardExamples, prepare_command, prepare_shards
+from bertlab.single import create_single_examples
 from bertlab.streaming import StreamingNspBuilder, iter_documents, stream_nsp_examples
 from bertlab.textfiles import MAX_DOC_CHARS
 from bertlab.tokenizer import encode_sentences, load_tokenizer, save_tokenizer
@@ -252,3 +255,71 @@ def test_prepare_reads_rows_and_records_the_bad_rows_it_skipped(tok, tmp_path):
     assert summary["corpus_read"]["bad_rows_skipped"] == 1
     meta = json.loads((tmp_path / "out" / "train" / "meta.json").read_text())
     assert meta["corpus_read"]["bad_rows_skipped"] == 1
+
+
+def test_single_segment_shards_hold_the_examples_built_in_memory(tok, tmp_path):
+    docs = synthetic_docs(160, seed=4)  # one to eight sentences each
+    options = dict(max_seq_len=32, short_seq_prob=0.3)
+    summary = prepare_shards(docs, tok, tmp_path, seed=3, shard_size=40, batch_docs=16,
+                             pair_draws=2, segments="single", **options)
+    train = split_documents(docs)["train"]
+    meta = json.loads((tmp_path / "train" / "meta.json").read_text())
+    assert meta["segments"] == "single" and len(meta["shards"]) > 2
+    for draw in (0, 1):  # draw k: the examples of seed pair_draw_seed(seed, k), as in memory
+        memory = create_single_examples(train, tok, seed=pair_draw_seed(3, draw), **options)
+        shards = ShardExamples(tmp_path / "train", draw=draw)
+        assert [s.input_ids.tolist() for s in shards] == [e.input_ids for e in memory]
+        assert {s.next_sentence_label for s in shards} == {-100}
+        assert all(s.a_len == len(s.input_ids) - 2 for s in shards)
+    assert summary["splits"]["train"]["tokens_dropped"] == memory.info["tokens_cut"]
+    assert json.loads((tmp_path / "validation" / "meta.json").read_text())["segments"] == "single"
+    # Batches from the shards are those of single segments built from the documents.
+    common = dict(batch_size=8, max_seq_len=32, short_seq_prob=0.3, seed=3, pairs="single")
+    on_disk = pretraining_loader(tmp_path, tok, pair_draws=1, **common)
+    in_memory = pretraining_loader(docs, tok, **common)
+    for a, b in zip(on_disk, in_memory, strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS)
+        assert (a["next_sentence_label"] == -100).all() and (a["token_type_ids"] == 0).all()
+
+
+def test_single_segment_shards_and_pair_shards_are_not_mixed_up(tok, tmp_path):
+    docs = synthetic_docs(20, seed=5)
+    prepare_shards(docs, tok, tmp_path / "single", splits=None, max_seq_len=32,
+                   segments="single")
+    prepare_shards(docs, tok, tmp_path / "pairs", splits=None, max_seq_len=32)
+    with pytest.raises(ValueError, match="hold single segments .* pass pairs='single'"):
+        pretraining_loader(tmp_path / "single", tok, split=None, pairs="nsp")
+    with pytest.raises(ValueError, match="sop pairs are built from documents"):
+        pretraining_loader(tmp_path / "single", tok, split=None, pairs="sop")
+    with pytest.raises(ValueError, match="hold NSP pairs;.* prepare them with --segments single"):
+        pretraining_loader(tmp_path / "pairs", tok, split=None, pairs="single")
+    with pytest.raises(ValueError, match="segments='both' is not known"):
+        prepare_shards(docs, tok, tmp_path / "x", segments="both")
+    with pytest.raises(ValueError, match="no pair label to balance"):
+        prepare_shards(docs, tok, tmp_path / "y", segments="single", balance="google")
+    # One document is enough for single segments (no negatives to draw from another).
+    prepare_shards(docs[:1], tok, tmp_path / "one", splits=None, segments="single")
+    with pytest.raises(ValueError, match="no document with text; single segments need at least 1"):
+        prepare_shards([Document(id="e", text="", sentences=[])], tok, tmp_path / "none",
+                       splits=None, segments="single")
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_pretrain_streams_one_sentence_documents_from_single_segment_shards(tmp_path, capsys):
+    reviews = tmp_path / "reviews"
+    reviews.mkdir()
+    for i, doc in enumerate(bl.load_corpus("bbc")[:80]):  # one sentence per file
+        (reviews / f"r{i:02d}.txt").write_text(doc.sentences[0] + "\n", encoding="utf-8")
+    shards, run = tmp_path / "shards", tmp_path / "run"
+    assert main(["prepare", "--corpus", str(reviews), "--out", str(shards), "--vocab-size",
+                 "300", "--max-seq-len", "64", "--segments", "single"]) == 0
+    assert "--objectives mlm --segments single" in capsys.readouterr().out
+    small = ["--hidden-size", "32", "--num-heads", "2", "--intermediate-size", "64",
+             "--batch-size", "8", "--eval-interval", "2", "--eval-batches", "1",
+             "--no-progress", "--log-interval", "0", "--device", "cpu", "--max-steps", "4"]
+    assert main(["pretrain", "--corpus", str(shards), "--out", str(run), *small,
+                 "--objectives", "mlm", "--segments", "single"]) == 0
+    assert "MLM only on single segments" in capsys.readouterr().out
+    history = json.loads((run / "history.json").read_text())
+    assert history[-1]["step"] == 4 and "val_mask_accuracy" in history[-1]
+    assert not any("nsp" in k or "sop" in k for row in history for k in row)
