@@ -128,6 +128,39 @@ RECIPES: dict[str, Recipe] = {
         mlm_probability=0.4, objectives=("mlm",), dropout=0.0, batch_size=16,
         max_seq_len=64,
         optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear"),
+    # The course's recipe with NSP, for the twins on a CPU (benchmarks/twins.py), chosen by
+    # benchmarks/nsp_search.py: 13 runs at equal CPU work, scored by NSP accuracy on held-out
+    # 64-token pairs with [MASK] accuracy beside it (benchmarks/results/nsp_search.jsonl).
+    # Setting by setting:
+    # - masked LM + NSP at 40% masking 80/10/10, as the course recipe: 15% masking learned NSP
+    #   as well at equal work (0.753 against 0.751) and [MASK] worse (0.115 against 0.151), so
+    #   the heavier masking did not cost NSP what it corrupts of the text NSP reads;
+    # - 128-token pairs: 64-token pairs gave NSP 0.729 at equal work; a longer B holds more of
+    #   the topic and style that tell a partner from another document;
+    # - 16 draws of the pairs: one draw (the same A/B cuts every epoch) gave 0.689, because a
+    #   small corpus read for many epochs lets a label be remembered with its pair;
+    # - batch 32 and the course's learning rates (Muon 0.01 on the encoder's matrices, AdamW
+    #   1e-3 on the rest): batch 64 gave 0.692 and twice the rates 0.692 at equal work;
+    # - no dropout: dropout 0.1 gave NSP 0.732 and [MASK] 0.069 against 0.751 and 0.151;
+    # - tiny, not mini: mini (in bf16, which a CPU with AMX runs fastest) reached 0.598 in the
+    #   same CPU time; it learns more per step but not per CPU-minute at this budget;
+    # - fp32: bf16 learned the same NSP at equal work (3 seeds each, paired difference
+    #   -0.001 +- 0.009), but with two runs side by side on 2 cores its steps took as long
+    #   (0.27 s against 0.26 s, evaluations included), so it saves nothing here, and fp32 makes
+    #   the same numbers on every CPU;
+    # - 10,000 steps: at 2,000 NSP was 0.75 on three seeds, and a probe of this recipe reached
+    #   0.85 after 8,000; 10,000 steps at ~0.26 s are ~45 minutes with evaluations on one core
+    #   while the other trains too.
+    "nsp": Recipe(
+        name="nsp",
+        summary="the course's recipe with NSP, for an hour on a CPU, found by measurement "
+                "(benchmarks/nsp_search.py): 40% of tokens masked 80/10/10, masked LM + NSP, "
+                "no dropout, Muon on the encoder's matrices, 32 x 128-token pairs drawn afresh "
+                "each epoch (16 draws), 10,000 steps",
+        mlm_probability=0.4, objectives=("mlm", "nsp"), dropout=0.0, batch_size=32,
+        max_seq_len=128,
+        optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear",
+        pair_draws=16, precision="fp32", steps=10_000),
     # Minutes on one GPU instead of a CPU: 30-100x the tokens, so the course's small corpus is
     # read a hundred times or more. The recipe is BERT's two tasks as the paper trains them,
     # with the changes that many repeats of a small corpus call for (why, setting by setting):
@@ -162,7 +195,8 @@ RECIPES: dict[str, Recipe] = {
 
 def recipe(name: str) -> Recipe:
     """Return the named recipe: "bert" (the paper's), "course" (this course's, for minutes on a
-    CPU) or "gpu" (for minutes on one GPU). A recipe is chosen by name, never by the device.
+    CPU), "nsp" (the course's with NSP, for an hour on a CPU) or "gpu" (for minutes on one GPU).
+    A recipe is chosen by name, never by the device.
 
     Taught in notebooks/05_pretraining.ipynb
     """

@@ -51,7 +51,7 @@ def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training()
     assert (bert.mlm_probability, bert.objectives, bert.dropout, bert.optimizer) == (0.15, ("mlm", "nsp"), 0.1,
                                                                                 "adamw")
     assert bert.schedule == "linear"
-    assert set(RECIPES) == {"bert", "course", "gpu"} and course != bert
+    assert set(RECIPES) == {"bert", "course", "nsp", "gpu"} and course != bert
     # Both give the same architecture: a recipe changes how a model is trained, not what it is.
     a, b = bert.model_config("tiny", 100), course.model_config("tiny", 100)
     differ = {k for k, v in a.to_dict().items() if b.to_dict()[k] != v}
@@ -74,6 +74,24 @@ def test_the_gpu_recipe_is_berts_tasks_with_pairs_drawn_afresh_and_a_twin_withou
     assert Recipe.from_dict(gpu.to_dict()) == gpu
 
 
+def test_the_nsp_recipe_is_the_course_recipe_with_nsp_longer_pairs_and_a_step_budget():
+    nsp, course = recipe("nsp"), recipe("course")
+    assert nsp.objectives == ("mlm", "nsp") and nsp.steps == 10_000
+    # What the search changed from the course recipe, and nothing else.
+    differ = {k for k, v in nsp.to_dict().items() if course.to_dict()[k] != v}
+    assert differ == {"name", "summary", "objectives", "batch_size", "max_seq_len", "pair_draws",
+                      "precision", "steps"}
+    assert (nsp.batch_size, nsp.max_seq_len, nsp.pair_draws, nsp.precision) == (32, 128, 16,
+                                                                               "fp32")
+    # The step budget reaches TrainConfig unless the run sets its own.
+    assert nsp.train_config().max_steps == 10_000
+    assert nsp.train_config(max_steps=7).max_steps == 7
+    # Its twins read the same pairs; the SOP twin reads the same documents cut into SOP pairs.
+    assert nsp.with_objectives("mlm").loader_options() == nsp.loader_options()
+    assert nsp.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
+    assert Recipe.from_dict(nsp.to_dict()) == nsp
+
+
 def test_recipe_hands_its_settings_to_loader_model_and_train_config():
     r = recipe("course")
     assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
@@ -89,7 +107,8 @@ def test_recipe_hands_its_settings_to_loader_model_and_train_config():
 
 
 def test_unknown_recipe_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown recipe 'fast'; choose one of bert, course, gpu"):
+    choices = "bert, course, nsp, gpu"
+    with pytest.raises(ValueError, match=rf"unknown recipe 'fast'; choose one of {choices}"):
         recipe("fast")
 
 
