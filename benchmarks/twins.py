@@ -566,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="the run folders (default: runs/twins-<cpu|gpu>)")
         p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (score: where the "
                        "runs were trained, which names the record)")
-        p.add_argument("--threads", type=int, default=None, help="torch CPU threads per run")
+        p.add_argument("--threads", type=int, default=None, help="torch CPU threads per run "
+                       "(train on a CPU: the cores / --jobs)")
         if name == "score":
             p.add_argument("--finetune-seeds", type=int, default=3)
             p.add_argument("--label-budgets", type=int, nargs="+", default=list(LABEL_BUDGETS),
@@ -611,6 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     from bertlab.recipes import recipe
 
     chosen = recipe(args.recipe)
+    if args.threads is None and torch.device(args.device).type == "cpu":
+        # Torch's default is every core per process: N runs at once would then fight over
+        # them. Each run gets its share instead (one core each for --jobs 2 on 2 cores).
+        args.threads = max(1, (os.cpu_count() or 1) // args.jobs)
     args.steps = args.steps or chosen.steps
     if args.steps is None:
         parser.error(f"--recipe {args.recipe} names no step budget: pass --steps")

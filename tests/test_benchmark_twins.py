@@ -116,3 +116,21 @@ def test_without_a_gpu_session_the_notebooks_say_so_in_words(tmp_path):
     committed = load_gpu_records(ROOT)
     for record in (committed.throughput, committed.pretrain):
         assert record is None or "cpu" not in record["device"].lower()
+
+
+def test_cpu_runs_share_the_cores_and_take_the_recipes_step_budget(monkeypatch):
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import twins
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    seen = {}
+    monkeypatch.setattr(twins, "train_stage", lambda args: seen.update(vars(args)) or 0)
+    monkeypatch.setattr(twins.os, "cpu_count", lambda: 2)
+    assert twins.main(["train", "--jobs", "2"]) == 0
+    # Two runs on 2 cores: one thread each, never torch's default of every core per run.
+    assert seen["threads"] == 1 and seen["steps"] == 10_000 and seen["recipe"] == "nsp"
+    assert "--threads" in (command := twins.pretrain_command(twins.argparse.Namespace(**seen),
+                                                             "mlm", 0))
+    assert command[command.index("--threads") + 1] == "1"
+    assert twins.main(["train", "--jobs", "1", "--threads", "2"]) == 0 and seen["threads"] == 2
