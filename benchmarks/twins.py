@@ -113,13 +113,16 @@ def train_stage(args: argparse.Namespace) -> int:
     running: list[tuple[str, int, subprocess.Popen, dict]] = []
     failed: list[str] = []
 
-    def stop(signum, frame):  # pass Ctrl-C / SIGTERM on: each run checkpoints, then exits
+    stopping: list[int] = []
+
+    def stop(signum, frame):  # pass Ctrl-C / SIGTERM on: each run checkpoints, then exits,
+        stopping.append(signum)  # and no run starts after it
         for *_, proc, _ in running:
             proc.send_signal(signum)
     previous = [signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)]
     try:
-        while todo or running:
-            while todo and len(running) < args.jobs:
+        while (todo and not stopping) or running:
+            while todo and not stopping and len(running) < args.jobs:
                 arm, seed = todo.pop(0)
                 running.append((arm, seed, *start_run(args, arm, seed, commit)))
             time.sleep(1)
@@ -131,8 +134,9 @@ def train_stage(args: argparse.Namespace) -> int:
     finally:
         for s, handler in zip((signal.SIGINT, signal.SIGTERM), previous, strict=True):
             signal.signal(s, handler)
-    if failed:
-        print(f"twins: not finished: {', '.join(failed)}; run the same command again to resume "
+    if failed or stopping:
+        left = failed + [f"{a}-seed{s}" for a, s in todo]
+        print(f"twins: not finished: {', '.join(left)}; run the same command again to resume "
               f"them (logs: {args.runs}/<run>.log)")
         return 1
     return 0

@@ -107,6 +107,23 @@ def test_three_arms_train_resume_score_and_ship(tmp_path):
     assert replay(manifest["trace"]) == []
 
 
+@pytest.mark.slow
+def test_a_signal_ends_the_sitting_and_starts_no_other_run(tmp_path):
+    import signal
+
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "train", *SMALL, "--steps", "100000",
+                             "--arms", "mlm+nsp", "mlm", "--seeds", "0", "--jobs", "1",
+                             "--runs", str(runs)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    assert "mlm+nsp-seed0: started" in lines[1], lines
+    proc.send_signal(signal.SIGTERM)  # a sitting ends: the run stops, and the next never starts
+    rest = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 1, rest
+    assert "not finished: mlm+nsp-seed0, mlm-seed0" in rest and "mlm-seed0: started" not in rest
+    assert not (runs / "mlm-seed0").exists()
+
+
 def test_without_a_gpu_session_the_notebooks_say_so_in_words(tmp_path):
     records = load_gpu_records(tmp_path)
     assert records.throughput is None and records.pretrain is None
