@@ -26,9 +26,8 @@ import torch
 from tokenizers import Encoding, Tokenizer
 
 from bertlab.draws import Draws
+from bertlab.labels import IGNORE_INDEX
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
-
-IGNORE_INDEX = -100  # the label of a position that is not predicted (cross-entropy's default)
 
 SELECTIONS = ("bernoulli", "exact")
 # Kinds of random draw: each gets its own counter stream (see bertlab.draws), so they are independent.

@@ -20,9 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# The label of a position that is not predicted: cross-entropy's default ignore_index. The
-# masking names it too (bertlab.masking.IGNORE_INDEX); the model, torch only, keeps torch's value.
-NOT_PREDICTED = -100
+from bertlab.labels import IGNORE_INDEX  # -100: a label that is not predicted
+
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -455,9 +454,9 @@ def loss_counts(labels: torch.Tensor | None,
     -100) with `labels`, "sequences" (NSP labels) with `next_sentence_label`."""
     counts = {}
     if labels is not None:
-        counts["targets"] = (labels != NOT_PREDICTED).sum()
+        counts["targets"] = (labels != IGNORE_INDEX).sum()
     if next_sentence_label is not None:
-        counts["sequences"] = (next_sentence_label != NOT_PREDICTED).sum()
+        counts["sequences"] = (next_sentence_label != IGNORE_INDEX).sum()
     return counts
 
 
@@ -474,18 +473,18 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     """
     sums = loss_counts(labels, next_sentence_label)
     if labels is not None:
-        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=NOT_PREDICTED,
+        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX,
                                       reduction="sum")
     if next_sentence_label is not None:
         sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label,
-                                      ignore_index=NOT_PREDICTED, reduction="sum")
+                                      ignore_index=IGNORE_INDEX, reduction="sum")
     return sums
 
 
 def _target_rows(labels: torch.Tensor, capacity: int | None) -> torch.Tensor:
     """Return the flat positions the MLM head reads: the targets, in row-major order; with a
     `capacity`, exactly that many, the targets first, then positions labelled -100."""
-    untargeted = labels.flatten() == NOT_PREDICTED
+    untargeted = labels.flatten() == IGNORE_INDEX
     if capacity is None:
         return (~untargeted).nonzero().squeeze(1)  # data-dependent length
     # A stable sort puts the targets (0) before the rest (1), each in their order: a fixed

@@ -723,9 +723,12 @@ def test_numpy_and_tensor_hashes_agree():
 
 
 def test_the_label_the_masking_leaves_is_the_one_the_model_ignores():
-    from bertlab.model import NOT_PREDICTED
+    from bertlab import labels, masking, model
 
-    assert IGNORE_INDEX == NOT_PREDICTED == torch.nn.CrossEntropyLoss().ignore_index
+    # One name, defined once: masking and the model both take bertlab.labels' constant.
+    assert masking.IGNORE_INDEX is model.IGNORE_INDEX is labels.IGNORE_INDEX
+    assert IGNORE_INDEX == torch.nn.CrossEntropyLoss().ignore_index
+    assert not hasattr(model, "NOT_PREDICTED")
 
 
 def test_the_masking_settings_have_one_home():
