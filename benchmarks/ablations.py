@@ -77,7 +77,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "(default 1; on a 2-core machine, --jobs 2 --threads 1 halves the wall "
                         "clock)")
     p.add_argument("--force", action="store_true", help="re-run cells even if cached")
+    p.add_argument("--trace", nargs=4, metavar=("GROUP", "NAME", "SEED", "STEPS"), default=None,
+                   help="print the first STEPS steps of one cell of --budget as JSON (its curve "
+                        "rows, every step's loss, the weights' SHA-256), and run nothing else: "
+                        "the reproduce trace in the record (tools/record_traces.py)")
     return p.parse_args(argv)
+
+
+def trace(args: argparse.Namespace) -> int:
+    """Print the reproduce trace of one cell (`--trace GROUP NAME SEED STEPS`)."""
+    from bertlab.course.ablations import trace_cell
+
+    group, name, seed, steps = args.trace
+    cells = [c for c in ablation_grid([group], [int(seed)], BUDGETS[args.budget]) if c.name == name]
+    if not cells:
+        raise SystemExit(f"--trace: group {group} has no cell {name!r}")
+    print(json.dumps(trace_cell(cells[0], int(steps))))
+    return 0
 
 
 def summary_with_verdicts(records: list[dict], groups: list[str],
@@ -124,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.trace:
+        return trace(args)
     budget = BUDGETS[args.budget]
     out = args.out or Path(__file__).parent / "results" / f"ablations-{args.budget}.json"
     cells = ablation_grid(args.groups, args.seeds, budget)

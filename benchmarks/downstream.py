@@ -52,6 +52,29 @@ def probe_scores(model, docs, labels, tok, max_seq_len: int) -> dict[str, float]
     return out
 
 
+def low_label_config(args: argparse.Namespace) -> FinetuneConfig:
+    """The fine-tuning of the few-label rows: at least FinetuneConfig's min_steps (40 documents
+    give 2 steps an epoch)."""
+    return FinetuneConfig(epochs=args.epochs, max_seq_len=args.max_seq_len, device="cpu")
+
+
+def trace(args: argparse.Namespace) -> int:
+    """Print the reproduce trace of one low-label cell (`--trace K SEED`)."""
+    model, tok = load_model(args.model, require_tokenizer=True)
+    k, seed = args.trace
+    results = compare_downstream(model, tok, "bbc-topic", config=low_label_config(args),
+                                 k_per_class=[k], seeds=[seed])
+    print(json.dumps({r.method: trace_row(r.to_dict()) for r in results}))
+    return 0
+
+
+def trace_row(result: dict) -> dict:
+    """The numbers of one result that its trace compares (its times left out)."""
+    return {"accuracy": result["accuracy"], "macro_f1": result["macro_f1"],
+            "predictions": result["predictions"],
+            "final_train_loss": result["details"].get("final_train_loss")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "course-tiny",
@@ -62,8 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=RESULTS / "downstream.json")
+    parser.add_argument("--trace", nargs=2, type=int, metavar=("K", "SEED"), default=None,
+                        help="print one low-label cell as JSON (every method at K labels per "
+                             "class, one seed: scores, predictions, final loss) and run nothing "
+                             "else: the reproduce trace in the record (tools/record_traces.py)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.trace:
+        return trace(args)
     start = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -97,10 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds=seeds)
     timings["all_labels"] = time.perf_counter() - t
     t = time.perf_counter()
-    # Few labels: 40 documents give 2 steps an epoch, so at least FinetuneConfig's min_steps.
-    results += compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=args.epochs, max_seq_len=args.max_seq_len, device="cpu"),
-        k_per_class=args.labels_per_class, seeds=seeds)
+    results += compare_downstream(model, tok, "bbc-topic", config=low_label_config(args),
+                                  k_per_class=args.labels_per_class, seeds=seeds)
     timings["low_label"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - start
     rows = summarize(results)

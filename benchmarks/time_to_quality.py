@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import time
 from pathlib import Path
@@ -161,8 +162,9 @@ def hf_pretrain(model: HfBert, train: EpochLoader, val: EpochLoader | None,
                        tokens=tokens, elapsed_s=elapsed, stopped_by=stopped_by, config=config)
 
 
-def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
-    """Return one run of `arm`: its curve, final scores, cloze, steps and speed."""
+def arm_setup(arm: str, seed: int, docs, tok, args) -> tuple:
+    """Return what a run of `arm` trains with: (recipe, model config, train loader, the fit
+    function, a builder of the initial weights, the quiet TrainConfig settings)."""
     r = recipe("bert" if arm == "transformers" else arm)
     model_config = r.model_config(args.preset, tok.get_vocab_size())
     train = pretraining_loader(docs, tok, split="train", seed=seed, **r.loader_options())
@@ -170,7 +172,6 @@ def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
     if hf:
         train = hf_loader(train, tok, seed)
     fit = hf_pretrain if hf else functools.partial(pretrain, objectives=r.objectives)
-    mlm_fraction = 1.0 if hf else r.mlm_probability  # transformers' MLM head runs everywhere
 
     def build() -> nn.Module:  # the same initial weights at every call
         if hf:
@@ -178,6 +179,27 @@ def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
         return BertForPreTraining(model_config, generator=torch.Generator().manual_seed(seed))
 
     quiet = dict(checkpoint_interval=None, progress=False, log_interval=0, device="cpu", seed=seed)
+    return r, model_config, train, fit, build, quiet
+
+
+def trace_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
+    """Return the part of a run of `arm` that does not depend on the clock, as JSON: its first
+    WARMUP_STEPS steps on a step schedule (the warm-up every run times itself with), every
+    step's loss, and the evaluation of the initial weights and of those steps (the run's curve
+    starts with the same step-0 row): the reproduce trace in the record."""
+    r, _, train, fit, build, quiet = arm_setup(arm, seed, docs, tok, args)
+    run = fit(build(), train, val, r.train_config(max_steps=WARMUP_STEPS,
+                                                  eval_interval=WARMUP_STEPS,
+                                                  eval_batches=args.eval_batches, **quiet))
+    return {"curve": [{"step": h["step"], **{k: h.get(f"val_{k}") for k in CURVE_KEYS}}
+                      for h in run.history], "step_losses": list(run.step_losses)}
+
+
+def run_arm(arm: str, seed: int, docs, tok, val: EpochLoader, args) -> dict:
+    """Return one run of `arm`: its curve, final scores, cloze, steps and speed."""
+    r, model_config, train, fit, build, quiet = arm_setup(arm, seed, docs, tok, args)
+    mlm_fraction = 1.0 if arm == "transformers" else r.mlm_probability  # transformers' MLM
+    # head runs everywhere
     warm = fit(build(), train, None, r.train_config(max_steps=WARMUP_STEPS, eval_interval=None,
                                                     **quiet))
     interval = max(1, round(args.eval_seconds * warm.steps / warm.elapsed_s))
@@ -319,15 +341,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", nargs="+", default=["course", "bert", "transformers"],
                         choices=["course", "bert", "transformers"])
     parser.add_argument("--out", type=Path, default=RESULTS / "time_to_quality.json")
+    parser.add_argument("--trace", nargs=2, metavar=("ARM", "SEED"), default=None,
+                        help="print the clock-free start of one run as JSON (trace_arm) and run "
+                             "nothing else: the reproduce trace in the record "
+                             "(tools/record_traces.py)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
-
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
     # One yardstick for every arm: BERT's masking (the defaults), fixed batches.
     val = pretraining_loader(docs, tok, split="validation", batch_size=32,
                              max_seq_len=VAL_SEQ_LEN, seed=0)
+    if args.trace:
+        print(json.dumps(trace_arm(args.trace[0], int(args.trace[1]), docs, tok, val, args)))
+        return 0
+    peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
     print(f"preset {args.preset}, {args.minutes:g} min per run, seeds {args.seeds}, "
           f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, transformers "
           f"{transformers.__version__}")

@@ -285,7 +285,11 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
     for path in reversed(found):
         try:
             verify_checkpoint(path)
-        except CorruptCheckpoint as e:
+        except ValueError as e:  # CorruptCheckpoint, or state.json gone with the folder
+            if not path.is_dir():  # not corrupt but gone: a run writing here rotated it away
+                continue
+            if not isinstance(e, CorruptCheckpoint):
+                raise
             first_error = first_error or e
             continue
         if first_error is not None:
@@ -313,11 +317,30 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     Taught in notebooks/05_pretraining.ipynb
     """
     run_dir = Path(run_dir)
-    path = Path(checkpoint) if checkpoint is not None else latest_verified_checkpoint(run_dir)
-    if path is None:
-        raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
-                         f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab pretrain")
-    if checkpoint is not None:  # latest_verified_checkpoint has hashed the newest already
+    for attempt in range(ROTATION_RETRIES + 1):
+        path = Path(checkpoint) if checkpoint is not None else latest_verified_checkpoint(run_dir)
+        if path is None:
+            raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
+                             f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab "
+                             f"pretrain")
+        try:
+            model = _load_run_model(path, verify=checkpoint is not None, device=device)
+            break
+        except (OSError, ValueError):  # CorruptCheckpoint, or state.json gone
+            # A run still writing into the folder may delete an old checkpoint as it saves a
+            # new one (keep_checkpoints): when the one chosen is gone, take the newest again.
+            if checkpoint is not None or path.is_dir() or attempt == ROTATION_RETRIES:
+                raise
+    tok_file = run_dir / "tokenizer.json"
+    return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
+
+
+# How often `load_run` chooses again when a running run rotates its choice away meanwhile.
+ROTATION_RETRIES = 3
+
+
+def _load_run_model(path: Path, verify: bool, device: str | torch.device) -> BertForPreTraining:
+    if verify:  # latest_verified_checkpoint has hashed the newest already
         verify_checkpoint(path)
     state = read_checkpoint_state(path, verified=True)
     if state.get("model_class") != "BertForPreTraining" or not state.get("model_config"):
@@ -325,6 +348,4 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
                          f"BertForPreTraining")
     model = BertForPreTraining(BertConfig.from_dict(state["model_config"])).to(device)
     load_checkpoint(path, model, verify=False)
-    model.eval()
-    tok_file = run_dir / "tokenizer.json"
-    return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
+    return model.eval()

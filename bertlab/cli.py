@@ -11,6 +11,7 @@ Taught in notebooks/05_pretraining.ipynb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
@@ -23,12 +24,13 @@ from typing import Any
 import torch
 
 from bertlab.card import model_card, run_facts
-from bertlab.checkpoint import latest_checkpoint, read_checkpoint_state
+from bertlab.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint_state
+from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.course.doctor import load_note, run_doctor
 from bertlab.data import pretraining_loader
-from bertlab.device import close_distributed, init_distributed, resolve_device
+from bertlab.device import close_distributed, init_distributed, resolve_device, resolve_precision
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
@@ -60,8 +62,9 @@ _MODEL_FLAGS = ("hidden_size", "num_layers", "num_heads", "intermediate_size",
 _METHODS = {"fine-tuned": "fine-tuned", "linear-probe": "linear probe", "tf-idf": "TF-IDF",
             "from-scratch": "from scratch"}
 _VOCAB_HELP = "when training a tokenizer (default: 8192)"
-_THREADS_WHY = ("Small models do not split well: the tiny preset measured 2x slower per step "
-                "with 2 threads than with 1 on a 2-core machine")
+_THREADS_WHY = ("A small model does not split well: on 2 cores beside one busy program, the "
+                "demo's first 300 steps took 11x as long with 2 threads as with 1 "
+                "(benchmarks/threads.py)")
 
 
 def _optional(kind: type):
@@ -241,7 +244,8 @@ def _add_pretrain(sub: argparse._SubParsersAction) -> None:
                         "less padding, and no attention mask on batches without any (default: "
                         "off)")
     p.add_argument("--threads", type=int, default=None,
-                   help=f"torch CPU threads (default: torch's choice). {_THREADS_WHY}")
+                   help=f"torch CPU threads (default on a CPU: 1 for the tiny and mini presets, "
+                        f"torch's choice for larger ones). {_THREADS_WHY}")
     p.add_argument("--validate-also", nargs="+", default=None, metavar="LEN_OR_SHARDS",
                    help="more validation sets, each a row's val_<length>_ columns: a token "
                         "length (the corpus's validation pairs cut that long, e.g. 64, the "
@@ -329,7 +333,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune-epochs", type=float, default=3.0,
                    help="epochs of [CLS] fine-tuning on BBC topics at the end (default: 3)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's choice)")
+                   help=f"torch CPU threads (default on a CPU: 1, as for every tiny model). "
+                        f"{_THREADS_WHY}")
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
@@ -695,8 +700,32 @@ def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, 
         say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
             f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
             f"{device}, {world} process(es)")
-        return pretrain(model, train, val, s.config, out_dir=out, resume=args.resume,
-                        objectives=s.objectives)
+        try:
+            return pretrain(model, train, val, s.config, out_dir=out, resume=args.resume,
+                            objectives=s.objectives)
+        except BaseException:
+            if rank == 0 and not args.resume:
+                _clear_untrained_start(out)
+            raise
+
+
+def _clear_untrained_start(out: Path) -> None:
+    """Remove the files a new run wrote if it failed before it trained a step or saved a
+    checkpoint (a refusal in the loop, a divergence at step 1), so that the same command, once
+    fixed, finds --out as it was; a run with a checkpoint or a trained step keeps its files."""
+    if list_checkpoints(out):
+        return
+    history = out / "history.json"
+    try:
+        rows = json.loads(history.read_text()) if history.is_file() else []
+    except (OSError, ValueError):
+        return
+    if any(row.get("step", 0) > 0 for row in rows):
+        return
+    for name in ("tokenizer.json", "run.json", "history.json", "history.csv"):
+        (out / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # only an empty one
+        (out / "checkpoints").rmdir()
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
@@ -731,10 +760,13 @@ def _pretrain_in_group(args: argparse.Namespace, out: Path, corpus: Path, s: _Pr
             print(text, flush=True)
 
     device = resolve_device(s.config.device)
+    resolve_precision(s.config.precision, device)  # fp16 on a CPU: refused before any reading
     per_rank = _per_rank_batch(s.config, world)
     _check_pretrain_folder(args, out, s)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    threads = args.threads if args.threads is not None else (
+        cpu_threads(args.preset) if device.type == "cpu" else None)
+    if threads is not None:
+        torch.set_num_threads(threads)
     if s.shards and s.max_seq_len != s.recipe.max_seq_len:
         say(f"note: the shards hold {s.max_seq_len}-token pairs, not the {s.recipe.max_seq_len} "
             f"of --recipe {args.recipe}; prepare with --max-seq-len {s.recipe.max_seq_len} to "

@@ -16,6 +16,19 @@ from typing import Any
 from bertlab.eventlog import INSTALL, check_tensorboard
 from bertlab.util import check_number
 
+# torch's CPU threads per model preset, chosen once by measurement (benchmarks/threads.py,
+# benchmarks/results/threads.json) and never measured at run time, so that a run's speed does not
+# depend on what else the machine did when it started. A tiny model's matrices are too small to
+# split well: a second thread mostly waits, and beside another busy program it waits a long time.
+# Presets not named keep torch's default, one thread per core.
+CPU_THREADS = {"tiny": 1, "mini": 1}
+
+
+def cpu_threads(preset: str | None) -> int | None:
+    """Return the torch CPU threads a run of `preset` uses unless told otherwise (None:
+    torch's default, one per core). The demo, the notebooks, `pretrain` and the doctor use it."""
+    return CPU_THREADS.get(preset) if preset else None
+
 
 def _setting(default: Any, help: str) -> Any:
     # A dataclass field that carries its one-line help (the CLI turns each into a flag).

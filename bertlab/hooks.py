@@ -269,10 +269,12 @@ class RunHooks:
     def diverged(self, run: RunState, error: FloatingPointError) -> FloatingPointError:
         """Return the error for a NaN/inf loss: the step, the newest checkpoint and the fix."""
         last = latest_checkpoint(self.out) if self.out is not None else None
-        lr = lr_at(run.step, self.config, run.elapsed_s)
+        # The rate that took the weights here is the last step's; the peak is what a user sets.
+        lr = lr_at(max(run.step - 1, 0), self.config, run.elapsed_s)
         return FloatingPointError(
             f"{error} at step {run.step}; stopped before the update. Newest checkpoint: {last}. "
-            f"The run diverged: lower lr (now {lr:.3g}) or check the data for bad batches")
+            f"The run diverged: lower lr (peak {self.config.lr:.3g}, {lr:.3g} at the last "
+            f"update) or check the data for bad batches")
 
     def interrupted(self, run: RunState, stop: KeyboardInterrupt) -> None:
         """Save a checkpoint after Ctrl-C or SIGTERM (with a run folder), saying where it went."""

@@ -228,6 +228,10 @@ CASES = [
      ["--resume", "{root}/new", "no checkpoint"]),
     ("pretrain-into-a-run-that-never-saved", "pretrain --corpus {corpus} --out {run_no_ckpt} TINY",
      ["--out {run_no_ckpt}", "before its first checkpoint", "run.json", "delete the folder"]),
+    # A start refused before its first step leaves nothing behind: the fix it names then works
+    # with the same --out (issue 37; a start that fails is below).
+    ("pretrain-fp16-on-a-cpu", "pretrain --corpus {corpus} --out {root}/fp16 --precision fp16 TINY",
+     ["fp16", "needs a GPU", "bf16"]),
     ("pretrain-resume-run-without-checkpoint",
      "pretrain --corpus {corpus} --out {run_no_ckpt} --resume TINY",
      ["--resume", "{run_no_ckpt}", "no checkpoint"]),
@@ -582,6 +586,19 @@ def test_bad_input_is_one_clear_error_and_changes_nothing(world, capsys, command
     assert code == 2, err
     assert_one_clear_error(err, [f.format(**world) for f in fragments])
     assert_unchanged(before, snapshot(world["root"]))
+
+
+def test_a_start_that_diverges_before_its_first_checkpoint_leaves_out_as_it_was(world, capsys):
+    out = Path(world["root"]) / "diverged"
+    before = snapshot(world["root"])
+    argv = expand(f"pretrain --corpus {{corpus}} --out {out} --optimizer adamw TINY", world)
+    assert main([*argv, "--lr", "1e30"]) == 1  # a failure, not bad input
+    err = capsys.readouterr().err
+    assert "diverged: lower lr (peak 1e+30" in err and "Newest checkpoint: None" in err
+    assert_unchanged(before, snapshot(world["root"]))  # no run.json, no tokenizer, no folder
+    assert main(argv) == 0  # so the fix it names works with the same --out
+    assert (out / "run.json").is_file() and list((out / "checkpoints").iterdir())
+    shutil.rmtree(out)
 
 
 def _hold_lock(folder: str) -> subprocess.Popen:

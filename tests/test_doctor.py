@@ -199,3 +199,33 @@ def test_a_slow_machine_fails_the_speed_check_and_says_the_cpu_was_busy(monkeypa
     result = doctor.check_training_speed(seconds=0.5)
     assert result.status == "FAIL" and "steps/s" in result.message
     assert "load average 9.0" in result.message and "close other programs" in result.fix
+
+
+def test_busy_cores_counts_the_work_of_other_programs():
+    import subprocess
+    import sys
+
+    if doctor.busy_cores(0.2) is None:
+        pytest.skip("no /proc/stat on this system")
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        seen = doctor.busy_cores(1.0)
+    finally:
+        other.kill()
+        other.wait()
+    assert 0.7 <= seen <= doctor.os.cpu_count() + 0.01  # at least the loop's core
+
+
+@pytest.mark.parametrize("free", [0.2, 1.5])
+def test_the_speed_check_warns_when_other_programs_leave_less_than_a_core(monkeypatch, free):
+    cores = doctor.os.cpu_count()
+    monkeypatch.setattr(doctor, "busy_cores", lambda seconds=1.0: cores - free)
+    monkeypatch.setattr(doctor, "speed_status", lambda rate: "OK")
+    result = doctor.check_training_speed(seconds=0.3)
+    if free < doctor.BUSY_FREE_CORES:
+        assert result.status == "WARN" and f"keep {cores - free:.1f} of {cores} cores" in \
+            result.message
+        assert "close the programs that keep the CPU busy" in result.fix
+    else:
+        assert result.status == "OK" and "cores busy" not in result.message
+    assert "1 thread)" in result.message  # the lesson's own thread count: tiny's fixed one

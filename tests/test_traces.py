@@ -9,7 +9,15 @@ import pytest
 
 from bertlab.config import TrainConfig, lr_at
 from bertlab.corpus import load_corpus
-from bertlab.course.traces import differences, machine, make_trace, replay, trace_command
+from bertlab.course.traces import (
+    compare_values,
+    differences,
+    machine,
+    make_trace,
+    replay,
+    replay_script,
+    trace_command,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted(REPO.glob("models/*/MANIFEST.json"))
@@ -102,3 +110,33 @@ def test_every_shipped_model_made_on_a_cpu_replays_its_trace(manifest):
                        f"another stream ({'; '.join(found[:6])}). If the change was meant, re-make "
                        f"the model ({made.get('made_by')}) and what reads it; if not, find what "
                        f"moved the stream.{where}")
+
+
+# The benchmark records that carry a trace of one cheap cell (tools/record_traces.py writes them).
+TRACED_RECORDS = ("downstream", "ablations-course", "time_to_quality")
+
+
+def test_compare_values_names_each_path():
+    assert compare_values({"a": [1, 2], "b": {"c": 0.5}}, {"a": [1, 3], "b": {"c": 0.5}}) == [
+        "a[1]: 2 -> 3"]
+    assert compare_values({"a": [1]}, {"a": [1, 2]}) == ["a: [1] -> [1, 2]"]
+    assert compare_values({"x": 1}, {"x": 1, "y": None}) == []  # a missing field reads as None
+
+
+@pytest.mark.parametrize("name", TRACED_RECORDS)
+def test_every_traced_record_replays_its_cheap_cell(name):
+    record = json.loads((REPO / "benchmarks" / "results" / f"{name}.json").read_text())
+    assert "trace" in record, (f"benchmarks/results/{name}.json has no reproduce trace: a "
+                               f"benchmark writes its record afresh; run python "
+                               f"tools/record_traces.py --only {name}")
+    trace = record["trace"]
+    assert trace.get("commit") and trace["gave"]
+    found = replay_script(trace)
+    recorded, here = trace.get("machine"), machine()
+    where = ("" if recorded in (None, here) else
+             f" The trace was recorded on {recorded}, this is {here}: another CPU or library can "
+             f"compute other bits from the same code.")
+    assert not found, (f"benchmarks/results/{name}.json no longer replays its trace ({trace['what']}"
+                       f"): {'; '.join(found[:6])}. If the change was meant, re-make the record "
+                       f"({record['command']}) and run tools/record_traces.py; if not, find what "
+                       f"moved the numbers.{where}")

@@ -352,6 +352,38 @@ def test_a_flipped_byte_is_named_corrupt_and_load_run_falls_back(tok, examples, 
         load_run(tmp_path / "run")
 
 
+@pytest.mark.parametrize("when", ["while it is verified", "after it was verified"])
+def test_a_checkpoint_rotated_away_by_a_running_run_is_not_called_corrupt(tok, examples, tmp_path,
+                                                                           monkeypatch, when):
+    import warnings
+
+    from bertlab import checkpoint as ck
+
+    train, _ = loaders(examples, tok)
+    pretrain(make_model(tok), train, None, quiet(max_steps=4, checkpoint_interval=2,
+                                                 keep_checkpoints=3), out_dir=tmp_path / "run")
+    older, newest = list_checkpoints(tmp_path / "run")
+    # A run writing into the folder deletes a checkpoint just as a reader takes it (here the
+    # newest, as keep_checkpoints=1 would): the reader takes the newest that is still there.
+    target = "verify_checkpoint" if when == "while it is verified" else "_load_run_model"
+    real, gone = getattr(ck, target), []
+
+    def rotated(path, *args, **kwargs):
+        if not gone:
+            gone.append(path)
+            shutil.rmtree(path)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(ck, target, rotated)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "corrupt" warning either
+        model, _ = load_run(tmp_path / "run")
+    assert gone == [newest] and not newest.exists()
+    expected = make_model(tok)
+    load_checkpoint(older, expected)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 expected.state_dict().values(), strict=True))
+
+
 def test_resume_skips_a_corrupt_newest_checkpoint_and_moves_it_aside(tok, examples, tmp_path):
     config = quiet(max_steps=6, checkpoint_interval=2, keep_checkpoints=5)
     train, _ = loaders(examples, tok)

@@ -93,8 +93,10 @@ class BudgetData:
         return self._train[seed]
 
 
-def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
-    """Return the metrics of a cell: pretrain a fresh model on its settings, then measure it."""
+def _pretrain_cell(cell: Cell, data: BudgetData, stop_after: int | None = None
+                   ) -> tuple[BertForPreTraining, Any, tuple[str, ...], float]:
+    """Pretrain a fresh model on a cell's settings (its first `stop_after` steps, when given,
+    on the whole run's schedule); return the model, the run, its objectives and the seconds."""
     b, s = cell.budget, cell.settings()
     tok = data.tokenizer
     examples = data.train(cell.seed)
@@ -114,14 +116,36 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
         muon_lr=b.muon_lr,
         eval_interval=max(b.max_steps // 8, 1), eval_batches=min(b.eval_batches, 6),
         checkpoint_interval=None, device=b.device, precision=b.precision, seed=cell.seed,
-        log_interval=0, progress=False)
+        log_interval=0, progress=False, stop_after=stop_after)
     start = time.perf_counter()
     objectives = ("mlm", "nsp") if s["nsp"] else ("mlm",)
     run = pretrain(model, loader, curve_loader, train_config, objectives=objectives)
-    train_seconds = time.perf_counter() - start
-    curve = [{"step": row["step"], "mask_accuracy": row["val_mask_accuracy"],
-              "mlm_accuracy": row["val_mlm_accuracy"],
-              "nsp_accuracy": row.get("val_nsp_accuracy")} for row in run.history]
+    return model, run, objectives, time.perf_counter() - start
+
+
+def _curve(run: Any) -> list[dict[str, Any]]:
+    return [{"step": row["step"], "mask_accuracy": row["val_mask_accuracy"],
+             "mlm_accuracy": row["val_mlm_accuracy"],
+             "nsp_accuracy": row.get("val_nsp_accuracy")} for row in run.history]
+
+
+def trace_cell(cell: Cell, steps: int) -> dict[str, Any]:
+    """Return a cell's first `steps` steps as its record keeps them (the learning curve's rows;
+    `steps` a multiple of the curve's interval), with every step's loss and the SHA-256 of the
+    weights they left: a reproduce trace (bertlab.course.traces)."""
+    model, run, _, _ = _pretrain_cell(cell, BudgetData(cell.budget), stop_after=steps)
+    weights = hashlib.sha256(b"".join(t.detach().contiguous().numpy().tobytes()
+                                      for t in model.state_dict().values())).hexdigest()
+    return {"curve": _curve(run), "step_losses": list(run.step_losses), "weights_sha256": weights}
+
+
+def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
+    """Return the metrics of a cell: pretrain a fresh model on its settings, then measure it."""
+    b = cell.budget
+    tok = data.tokenizer
+    examples = data.train(cell.seed)
+    model, run, objectives, train_seconds = _pretrain_cell(cell, data)
+    curve = _curve(run)
 
     device = resolve_device(b.device)
     precision = resolve_precision(b.precision, device)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from bertlab.checkpoint import list_checkpoints
+from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
 from bertlab.course.cloze import cloze_score
 from bertlab.course.doctor import load_note
@@ -170,8 +171,8 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
     `DEMO_STEPS`: about 4 minutes on a 2-core CPU, so the whole demo stays within about 10; a
     step budget, not a time budget, gives the same model on every machine), then fine-tunes
     its [CLS] for `finetune_epochs` on BBC topics with all labels and with 8 and 32 per class
-    (3 seeds). `threads`: torch CPU threads (default: torch's choice). The caller checks `out`
-    (see DEMO_FILES): a previous demo's run inside it is replaced.
+    (3 seeds). `threads`: torch CPU threads (default on a CPU: `cpu_threads` of the preset).
+    The caller checks `out` (see DEMO_FILES): a previous demo's run inside it is replaced.
     """
     import matplotlib.pyplot as plt  # lazy: slow to import, needed only to close the figure
 
@@ -180,6 +181,8 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
     device = resolve_device("auto")
     preset = "small" if device.type == "cuda" else "tiny"
     steps = DEMO_STEPS if steps is None else steps
+    if threads is None and device.type == "cpu":
+        threads = cpu_threads(preset)  # a fixed count, so a busy machine does not stall it
     if threads is not None:
         torch.set_num_threads(threads)
     course = recipe("course")

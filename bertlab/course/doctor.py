@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
+from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device
@@ -55,6 +56,9 @@ BBC_ARTICLES, ZH_NEWS_ARTICLES, ZH_REVIEWS = 2225, 3214, 17363
 # laptop: a failure. In between, a warning with the minutes to expect.
 NOTEBOOK05_STEPS, PROMISED_MINUTES, FAIL_MINUTES = 2500, 5.0, 10.0
 SPEED_DOCS, COURSE_VOCAB = 400, 8192
+# A lesson's run uses one thread (bertlab.config.cpu_threads): it slows once other programs
+# leave it less than this many free cores.
+BUSY_FREE_CORES = 1.0
 # A course kernel holds torch, a corpus and a tiny model (about 0.7 GB measured on notebook
 # 05's data); JupyterLab and a browser tab take about 1 GB more. Below 2 GB free one kernel can
 # be killed; below 4 GB two open notebooks (each keeps its kernel) start to swap.
@@ -250,6 +254,25 @@ def load_note() -> str:
     return f"load average {load:.1f} on {os.cpu_count()} cores"
 
 
+def busy_cores(seconds: float = 1.0) -> float | None:
+    """Return how many cores other programs kept busy over the next `seconds` (this process
+    sleeps meanwhile, so all the work counted is theirs), from /proc/stat; None where there is
+    no /proc/stat (macOS, Windows)."""
+    def times() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+
+    try:
+        total0, idle0 = times()
+        time.sleep(seconds)
+        total1, idle1 = times()
+    except (OSError, ValueError, IndexError):
+        return None
+    cores = os.cpu_count() or 1
+    spent = total1 - total0
+    return round(cores * (spent - (idle1 - idle0)) / spent, 2) if spent > 0 else 0.0
+
+
 def speed_status(steps_per_s: float) -> str:
     """Return "OK", "WARN" or "FAIL" for a training speed (notebook 05's run in 5 or 10 min)."""
     minutes = NOTEBOOK05_STEPS / steps_per_s / 60
@@ -259,8 +282,10 @@ def speed_status(steps_per_s: float) -> str:
 def check_training_speed(seconds: float = 20.0) -> Check:
     """Return the pretraining speed of the course recipe's tiny model, timed for `seconds`.
 
-    Measured as notebook 05 runs it: `pretrain` on the device it picks ("auto"), with 2 torch
-    threads at most, after 3 untimed warm-up steps. The model has the course's 8,192-token
+    Measured as notebook 05 runs it: `pretrain` on the device it picks ("auto"), with the
+    tiny preset's threads (`bertlab.config.cpu_threads`), after 3 untimed warm-up steps. Before
+    it, a second of the machine says how many cores other programs keep busy: when they leave
+    less than one free, every lesson's run shares a core and slows, so the check warns. The model has the course's 8,192-token
     vocabulary whatever the small tokenizer here reached, so its MLM head costs what it costs in
     the notebook. torch.compile stays off: a few seconds could not pay back its compile time.
     """
@@ -272,8 +297,9 @@ def check_training_speed(seconds: float = 20.0) -> Check:
                                generator=torch.Generator().manual_seed(0))
     quiet = {"eval_interval": None, "checkpoint_interval": None, "progress": False,
              "log_interval": 0, "compile": False}
+    others = busy_cores()
     threads = torch.get_num_threads()
-    torch.set_num_threads(min(2, threads))  # notebook 05's run uses 2 threads
+    torch.set_num_threads(cpu_threads("tiny") or threads)  # as notebook 05's run
     try:
         pretrain(model, loader, None, course.train_config(max_steps=3, **quiet), objectives=course.objectives)
         result = pretrain(model, loader, None, course.train_config(
@@ -298,6 +324,15 @@ def check_training_speed(seconds: float = 20.0) -> Check:
                              f"charger (battery saving slows the CPU)",
            "FAIL": "too slow for the live runs: close other programs, plug in the charger and "
                    "run the doctor again; if it stays slow, pair this laptop with another"}[status]
+    cores = os.cpu_count() or 1
+    if others is not None and cores - others < BUSY_FREE_CORES:
+        message += (f"; other programs keep {others:.1f} of {cores} cores busy, so every "
+                    f"lesson's run shares a core with them")
+        if status == "OK":
+            status, fix = "WARN", ("close the programs that keep the CPU busy (see `top` or the "
+                                   "task manager) before the lessons, then run the doctor again; "
+                                   "with less than one core free, training slows by about the "
+                                   "share of a core they take")
     return Check("training speed", status, message, fix)
 
 

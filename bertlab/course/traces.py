@@ -7,6 +7,10 @@ steps gave; and the SHA-256 of the weights they left. `replay` runs the command 
 today's code and names every field that differs. Times and rates are left out: they belong to a
 machine, not to the stream.
 
+A benchmark record (benchmarks/results/*.json) carries a trace of one cheap cell instead: the
+benchmark script's own `--trace` mode runs that cell (or its first steps) and prints what it gave
+as JSON; `replay_script` runs it again and names every number that moved.
+
 If a change to the code moves the training stream (the data order, the masks, the pairs, the
 initial weights, the optimizer's arithmetic), a trace no longer replays, and the test that
 replays every trace (tests/test_traces.py) fails naming the model to re-make, instead of the
@@ -137,3 +141,43 @@ def differences(trace: dict[str, Any], now: dict[str, Any]) -> list[str]:
         found.append(f"weights after {trace['checkpoint']}: sha256 {trace['weights_sha256'][:12]} "
                      f"-> {now['weights_sha256'][:12]}")
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# A benchmark record's trace: one cheap cell, run by the benchmark script's own code
+
+
+def run_script(command: list[str]) -> dict[str, Any]:
+    """Run `python COMMAND` (a benchmark script with `--trace ...`) on one thread from the
+    repository root; return the JSON object its last line of output prints."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env,
+                          cwd=REPO)
+    if done.returncode:
+        raise RuntimeError(f"the trace's command failed (exit {done.returncode}): python "
+                           f"{' '.join(command)}\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def make_script_trace(command: list[str], what: str) -> dict[str, Any]:
+    """Return the trace of a benchmark's cheap cell: `command` (see `run_script`) run now with this
+    checkout's code, what it gave, the commit and the machine."""
+    return {"what": what, "command": command, "commit": git_commit(), "machine": machine(),
+            "gave": run_script(command)}
+
+
+def replay_script(trace: dict[str, Any]) -> list[str]:
+    """Return what differs between a benchmark trace and its command run again now."""
+    return compare_values(trace["gave"], run_script(trace["command"]))
+
+
+def compare_values(before: Any, after: Any, where: str = "") -> list[str]:
+    """Return one line per value that differs between two JSON values, named by its path."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [line for key in sorted(set(before) | set(after), key=str)
+                for line in compare_values(before.get(key), after.get(key),
+                                           f"{where}.{key}" if where else str(key))]
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [line for i, (a, b) in enumerate(zip(before, after, strict=True))
+                for line in compare_values(a, b, f"{where}[{i}]")]
+    return [] if before == after else [f"{where or 'value'}: {before!r} -> {after!r}"]
