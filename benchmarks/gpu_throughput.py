@@ -5,7 +5,7 @@ steps, for bertlab's model and for transformers' (SDPA attention, compiled the s
 0.1 as in BERT): forward, MLM + NSP loss, backward, gradient clipping, fused AdamW, under bf16
 autocast and torch.compile, with the switches the training loop sets (`bertlab.device.fast_math`).
 bertlab's MLM head runs at the targets only, with the fixed number of rows a compiled run gives
-it (`bertlab.pretraining.mlm_capacity`).
+it (`bertlab.fast.mlm_capacity`), through the training step's forward (`bertlab.fast`).
 
 The rows (`--rows preset:seq_len:batch`): tiny, mini and base at 128 tokens and base at 512 on
 `full` batches (every position a real token, 15% of them MLM targets: what a packed batch
@@ -45,21 +45,17 @@ from pathlib import Path
 import torch
 from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.data import pretraining_loader
-from bertlab.device import autocast_context, fast_math, to_device
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.device import fast_math
+from bertlab.fast import FastPretraining, target_share_bound
 from bertlab.hf import hf_config_fields
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pretraining import (
-    pretraining_counts,
-    pretraining_loss,
-    target_share_bound,
-    unpadded_inputs,
-)
+from bertlab.pretraining import PretrainingObjective
 from bertlab.shards import shard_pair_length
 from bertlab.sizes import flops_per_token
 from bertlab.tokenizer import load_tokenizer
-from bertlab.train import TrainConfig, build_optimizer
+from bertlab.train import TrainConfig, autocast_context, build_optimizer, to_device
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -94,7 +90,7 @@ def compiled(model, mode: str):
     if mode == "whole":
         return torch.compile(model)
     if mode == "regional":
-        layers = (model.bert.layers if isinstance(model, BertForPreTraining)
+        layers = (model.model.bert.layers if isinstance(model, FastPretraining)
                   else model.bert.encoder.layer)
         for layer in layers:
             layer.compile()
@@ -105,26 +101,28 @@ def training_step(model, batches, device, precision, compile_mode, unpad=False):
     """Return step(i): one training step on batch i (cycling over `batches`, CPU batches moved
     to the device here, before any timing), synchronised with the device when it returns.
 
-    bertlab's model gets each batch as its training loop hands it over (`unpadded_inputs`: no
-    mask when there is no padding, and with `unpad` a padded batch's real tokens); transformers'
-    gets the loader's batch, mask included, as its Trainer would."""
-    if isinstance(model, BertForPreTraining):
-        batches = [unpadded_inputs(b, unpad=unpad) for b in batches]
+    bertlab's model runs as its training loop runs it: through `FastPretraining`, with each
+    batch as the step hands it over (`PretrainingObjective.inputs`: no mask when there is no
+    padding, a compiled model's fixed number of MLM rows, and with `unpad` a padded batch's real
+    tokens); transformers' gets the loader's batch, mask included, as its Trainer would."""
+    ours = isinstance(model, BertForPreTraining)
+    # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
+    share = target_share_bound(MaskingConfig()) if compile_mode != "none" else None
+    objective = PretrainingObjective(target_share=share, unpad=unpad)
+    totals = [objective.counts(b) for b in batches] if ours else []  # outside the timing
+    if ours:
+        batches = [objective.inputs(b) for b in batches]
     batches = [to_device(b, device) for b in batches]
     config = TrainConfig(lr=1e-4)
     model.to(device).train()
     optimizer = build_optimizer(model, config, device)
-    step_model = compiled(model, compile_mode)
-    # As pretrain does for a compiled model: a fixed number of MLM rows (BERT's 15% masking).
-    share = target_share_bound(MaskingConfig()) if compile_mode != "none" else None
-    totals = [pretraining_counts(b, target_share=share) for b in batches]  # outside the timing
+    step_model = compiled(objective.module(model) if ours else model, compile_mode)
 
     def step(i: int) -> None:
         batch = batches[i % len(batches)]
         with autocast_context(device, precision):
-            if isinstance(model, BertForPreTraining):
-                loss = pretraining_loss(step_model, batch, totals[i % len(batches)],
-                                        target_share=share)
+            if ours:
+                loss = objective.loss(step_model, batch, totals[i % len(batches)])
             else:
                 loss = step_model(**batch).loss
         loss.backward()
@@ -197,9 +195,10 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, groupe
                          f"{seq_len}-token pairs; {shards} holds {held}-token pairs (prepare "
                          f"--max-seq-len {seq_len})")
     tok = load_tokenizer(shards / "tokenizer.json")
-    loader = pretraining_loader(shards, tok, split="train", batch_size=batch_size,
-                                max_seq_len=seq_len, pad_to_multiple_of=32 if grouped else seq_len,
-                                group_by_length=8 if grouped else None, seed=0)
+    loader = pretraining_loader(shards, tok, split="train", seed=0,
+                                options=LoaderOptions(batch_size=batch_size, max_seq_len=seq_len,
+                                                      pad_to_multiple_of=32 if grouped else seq_len,
+                                                      group_by_length=8 if grouped else None))
     batches = []
     while len(batches) < count:  # a small folder is cycled
         batches += list(loader)

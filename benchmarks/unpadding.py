@@ -1,13 +1,14 @@
 """Unpadding on real BBC batches: bertlab padded vs bertlab unpadded vs transformers, on this CPU.
 
 A batch of BBC pairs at 128 tokens is padded to its longest pair, and about a tenth of its
-positions hold padding. `TrainConfig.unpad` (`real_tokens=` in `BertModel.forward`) runs every
+positions hold padding. `TrainConfig.unpad` (`real_tokens=` in `bertlab.fast.FastPretraining`) runs every
 block's projections, feed-forward and LayerNorms on the real tokens only and pads them back just
 for attention. This script times one training step (zero_grad, forward, MLM + NSP loss,
 backward, AdamW) three ways on the same batches, from the same start weights, dropout on, fp32:
 
-- `padded`: bertlab as it runs by default (attention mask, every position computed);
-- `unpadded`: bertlab with the batch's real tokens (`unpadded_inputs(batch, unpad=True)`);
+- `padded`: bertlab as its training step runs by default (`FastPretraining`, attention mask,
+  every position computed up to the last block);
+- `unpadded`: bertlab with the batch's real tokens (`fast_inputs(batch, unpad=True)`);
 - `transformers`: `transformers.BertForPreTraining` (SDPA attention) on the padded batch.
 
 Twice: batches as the loader makes them (padded to each batch's longest pair, a multiple of 8)
@@ -33,10 +34,10 @@ import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 import bertlab as bl
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.fast import FastPretraining, fast_inputs
 from bertlab.hf import hf_config_fields, to_hf_state_dict
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pretraining import unpadded_inputs
 
 SIDES = ("padded", "unpadded", "transformers")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,15 +55,16 @@ def make_models(preset: str, vocab_size: int, seq_len: int) -> dict[str, torch.n
     hf_config._attn_implementation = "sdpa"
     theirs = transformers.BertForPreTraining(hf_config)
     theirs.load_state_dict(to_hf_state_dict(ours.state_dict()), strict=False)
-    return {"padded": ours, "unpadded": twin, "transformers": theirs}
+    return {"padded": FastPretraining(ours), "unpadded": FastPretraining(twin),
+            "transformers": theirs}
 
 
 def side_batches(batches: list[dict]) -> dict[str, list[dict]]:
     """Return each side's form of the loader's batches: what bertlab's training loop hands its
     model (no mask on a batch without padding; with unpad, the real tokens), and the loader's
     batch as is for transformers."""
-    return {"padded": [unpadded_inputs(b) for b in batches],
-            "unpadded": [unpadded_inputs(b, unpad=True) for b in batches],
+    return {"padded": [fast_inputs(b) for b in batches],
+            "unpadded": [fast_inputs(b, unpad=True) for b in batches],
             "transformers": batches}
 
 
@@ -148,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     conditions = {}
     for name, grouping in (("padded to each batch's longest pair", None),
                            ("grouped by length", 8)):
-        loader = pretraining_loader(docs, tok, split="train", batch_size=args.batch_size,
-                                    max_seq_len=args.seq_len, pad_to_multiple_of=8, seed=0,
-                                    group_by_length=grouping)
+        loader = pretraining_loader(docs, tok, split="train", seed=0,
+                                    options=LoaderOptions(batch_size=args.batch_size,
+                                                          max_seq_len=args.seq_len,
+                                                          pad_to_multiple_of=8,
+                                                          group_by_length=grouping))
         conditions[name] = time_condition(name, loader, args)
     write_record("unpadding.py", args, argv, args.out, device="cpu", preset=args.preset,
                  conditions=conditions)

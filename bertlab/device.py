@@ -1,10 +1,11 @@
 """Where and how the arithmetic runs: the device, mixed precision, torch.compile and DDP.
 
 The training loop calls these once per run: `resolve_device` and `resolve_precision` read the
-settings, `autocast_context` wraps each forward pass, `fast_math` sets the process-wide switches
-for the run and restores them after, and `wrap_model` compiles the model and wraps it in
-DistributedDataParallel under torchrun. The two collectives (`sum_over_processes`,
-`from_rank0`) are what keeps every process's decisions identical; on one process they do nothing.
+settings, `fast_math` sets the process-wide switches for the run and restores them after, and
+`wrap_model` compiles the model and wraps it in DistributedDataParallel under torchrun.
+`from_rank0` keeps every process's time-based decisions identical; on one process it does
+nothing. What the step itself does per batch (autocast, moving a batch, summing the step's
+denominators over the processes) sits beside the step, in `bertlab.train`.
 """
 
 from __future__ import annotations
@@ -61,18 +62,6 @@ def resolve_compile(compile: bool | None, device: torch.device) -> bool:
     return device.type == "cuda" if compile is None else compile
 
 
-def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """Return the mixed-precision context for forward passes (a no-op for fp32).
-
-    Under autocast, matmuls run in bf16/fp16 while the weights, their gradients and the
-    optimizer state stay fp32 (so no master-weight copy is needed).
-    """
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 @contextlib.contextmanager
 def fast_math(device: torch.device) -> Iterator[None]:
     """Set the process-wide switches a training run wants for the `with` block; restore them after.
@@ -84,8 +73,8 @@ def fast_math(device: torch.device) -> Iterator[None]:
       tensor cores (a 10-bit mantissa, plenty for training).
 
     A compiled run needs no switch of its own: the compiled MLM head has a fixed number of rows
-    (`bertlab.pretraining.mlm_capacity`), so no data-dependent shape needs dynamo's
-    `capture_dynamic_output_shape_ops`.
+    (`bertlab.pretraining.mlm_capacity`, read by `bertlab.fast`), so no data-dependent shape
+    needs dynamo's `capture_dynamic_output_shape_ops`.
     """
     with contextlib.ExitStack() as stack:
         if device.type == "cuda":
@@ -99,23 +88,14 @@ def _set_tf32(matmul: bool, cudnn: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Return the batch with its tensors on `device` (other values as they are)."""
-    # non_blocking overlaps the copy with compute when the loader pins memory (pin_memory=True).
-    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
-            for k, v in batch.items()}
-
-
-def wrap_model(model: nn.Module, device: torch.device,
-               compile: bool) -> tuple[nn.Module, nn.parallel.DistributedDataParallel | None]:
-    """Return (the module to train, its DDP wrapper or None): compiled if asked, under DDP when a
-    process group is active. The parameters stay those of `model`."""
+def wrap_model(model: nn.Module, device: torch.device, compile: bool) -> nn.Module:
+    """Return the module to train: `model` compiled if asked, under DistributedDataParallel when
+    a process group is active. The parameters stay those of `model`."""
     train_model: nn.Module = torch.compile(model) if compile else model
     if rank_world()[1] == 1:
-        return train_model, None
+        return train_model
     ddp_ids = [device.index] if device.type == "cuda" else None
-    ddp = nn.parallel.DistributedDataParallel(train_model, device_ids=ddp_ids)
-    return ddp, ddp
+    return nn.parallel.DistributedDataParallel(train_model, device_ids=ddp_ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,16 +123,6 @@ def rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def sum_over_processes(values: dict[str, float], device: torch.device) -> dict[str, float]:
-    """Return each number summed over all processes (one small collective; as is on one)."""
-    if rank_world()[1] == 1:
-        return values
-    keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(keys, t.tolist(), strict=True))
 
 
 def from_rank0(value: float, device: torch.device) -> float:

@@ -15,14 +15,16 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -56,18 +58,6 @@ _DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # no
 
 
 @dataclass
-class RunState:
-    """Where a run stands: what every checkpoint saves and a resume restores."""
-
-    step: int = 0  # optimizer steps done
-    epoch: int = 0  # the data position after the last step: its epoch...
-    offset: int = 0  # ...and how many of that epoch's batches were used
-    tokens: int = 0  # positions fed to the model, padding included, all processes together
-    elapsed_s: float = 0.0
-    history: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
-
-
-@dataclass
 class Window:
     """Training loss and speed since the last evaluation (what its history row reports)."""
 
@@ -80,6 +70,46 @@ class Window:
         """Count one more optimizer step."""
         self.loss, self.steps = self.loss + loss, self.steps + 1
         self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+
+
+# What a checkpoint saves of a run's state, and a resume restores.
+SAVED = ("step", "epoch", "offset", "tokens", "elapsed_s", "history", "window")
+
+
+@dataclass
+class RunState:
+    """Where a run stands: everything `train_loop` changes as it trains, in one place.
+
+    The fields in SAVED go into every checkpoint; the rest belong to this call of the loop.
+    """
+
+    step: int = 0  # optimizer steps done
+    epoch: int = 0  # the data position after the last step: its epoch...
+    offset: int = 0  # ...and how many of that epoch's batches were used
+    tokens: int = 0  # positions fed to the model, padding included, all processes together
+    elapsed_s: float = 0.0  # training time, evaluations left out
+    history: list[dict[str, Any]] = field(default_factory=list)  # one row per evaluation
+    window: Window = field(default_factory=Window)  # since the last history row
+    first_step: int = 0  # where this call started (0, or the step it resumed at)
+    step_losses: list[float] = field(default_factory=list)  # each step of this call
+    # Steps not counted yet, (loss share, tokens, seconds): under DDP each process holds its
+    # share of a step's loss, and the shares are summed only when a loss is read.
+    pending: list[tuple[float, int, float]] = field(default_factory=list)
+    stopped_by: str = "max_steps"
+    checkpoint: Path | None = None  # the newest one this call saved
+    rng: dict[str, Any] = field(default_factory=dict)  # the random states after the last step
+
+    def saved(self) -> dict[str, Any]:
+        """Return what a checkpoint saves of the run (the fields in SAVED)."""
+        return {name: asdict(self.window) if name == "window" else getattr(self, name)
+                for name in SAVED}
+
+    @classmethod
+    def restored(cls, saved: dict[str, Any]) -> RunState:
+        """Return the state a checkpoint saved (one written before windows were saved starts a
+        new window)."""
+        return cls(**{name: saved[name] for name in SAVED if name != "window"},
+                   window=Window(**saved.get("window", {})), first_step=saved["step"])
 
 
 @dataclass
@@ -116,9 +146,11 @@ def check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> Non
     if per_batch is not None and per_batch * config.grad_accum * world != config.batch_size:
         raise ValueError(
             f"the loader gives batches of {per_batch}, but TrainConfig.batch_size="
-            f"{config.batch_size} with grad_accum={config.grad_accum} on {world} process(es) "
-            f"needs {config.batch_size / (config.grad_accum * world):g} per batch; build the "
-            f"loader with batch_size=batch_size // (grad_accum x processes)")
+            f"{config.batch_size} (--batch-size) with grad_accum={config.grad_accum} on {world} "
+            f"process(es) needs {config.batch_size / (config.grad_accum * world):g} per batch; "
+            f"pass a batch_size that is a multiple of {config.grad_accum * world} (grad_accum x "
+            f"processes), and build the loader with batch_size=batch_size // (grad_accum x "
+            f"processes)")
 
 
 class RunHooks:
@@ -150,9 +182,6 @@ class RunHooks:
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loaders = (val_loader if isinstance(val_loader, dict) else
                             {} if val_loader is None else {"": val_loader})
-        self.stopped_by, self.checkpoint = "max_steps", None
-        self.step_losses: list[float] = []
-        self.window = Window()
         self.bar: tqdm | None = None
         self.events: EventLog | None = None  # TensorBoard, rank 0 alone (opened by start)
 
@@ -191,12 +220,9 @@ class RunHooks:
             check_resume(read_checkpoint_state(ckpt, verified=True), ckpt, self.config,
                          {**self.data, "objective": self.objective})
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
-            run = RunState(**{f.name: saved[f.name] for f in fields(RunState)})
-            # The training loss and speed since the last history row go on where they stopped
-            # (checkpoints written before they were saved start a new window).
-            self.window = Window(**saved.get("window", {}))
+            run = RunState.restored(saved)  # the window of the next row goes on where it was
             restore_rng(saved, self.device, self.rank, self.world)
-        self.model, self.first_step = model, run.step
+        self.model = model
         self.batches = DataPosition(train_loader, run.epoch, run.offset)
         self.saver = CheckpointSaver(
             self.out if self.is_main else None, model, optimizer, scaler,
@@ -210,7 +236,7 @@ class RunHooks:
                                    run.step, resumed=self.resume)
         self.clock = time.perf_counter() - run.elapsed_s
         self.last_line = time.perf_counter()  # when log mode last printed a progress line
-        self.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
+        run.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
         if self.evaluate_fn is not None and self.is_main and self._row_missing(run):
             self.clock += self._evaluate(run)  # evaluating is not training time
         return run
@@ -226,16 +252,20 @@ class RunHooks:
     def another_step(self, run: RunState) -> bool:
         """Return whether the budget (max_steps, max_minutes) allows another step; start its timer.
 
-        Under torchrun every process takes rank 0's clock, so all stop at the same step.
+        With a deadline, every process takes rank 0's clock at every step (under torchrun), so
+        all stop at the same step and follow the same time-based schedule; a run without one
+        needs no clock but rank 0's.
         """
-        run.elapsed_s = from_rank0(time.perf_counter() - self.clock, self.device)
+        run.elapsed_s = time.perf_counter() - self.clock
+        if self.config.max_minutes is not None:
+            run.elapsed_s = from_rank0(run.elapsed_s, self.device)
         if self.config.max_steps is not None and run.step >= self.config.max_steps:
             return False
         if self.config.stop_after is not None and run.step >= self.config.stop_after:
-            self.stopped_by = "stop_after"
+            run.stopped_by = "stop_after"
             return False
         if self.config.max_minutes is not None and run.elapsed_s >= 60 * self.config.max_minutes:
-            self.stopped_by = "max_minutes"
+            run.stopped_by = "max_minutes"
             return False
         self.step_start = time.perf_counter()
         return True
@@ -245,26 +275,42 @@ class RunHooks:
         return [self.batches.next() for _ in range(self.config.grad_accum)]
 
     def after_step(self, run: RunState, loss: float, tokens: int, lr: float) -> None:
-        """Count the finished step; log it; evaluate and checkpoint when they are due."""
+        """Count the finished step (`loss`: this process's share of it); log it; evaluate and
+        checkpoint when they are due."""
         run.step += 1
         run.epoch, run.offset = self.batches.epoch, self.batches.offset
         run.tokens += tokens
-        self.rng = rng_state(self.device)
-        self.step_losses.append(loss)
-        self.window.add(loss, tokens, time.perf_counter() - self.step_start)
-        if self.events is not None and self.config.log_interval and \
-                run.step % self.config.log_interval == 0:
-            self.events.step_loss(run.step, loss)
-        if _show_progress(self.bar, self.config, run, self.window, loss, lr, self.is_main,
-                          self.clock, self.last_line):
+        run.rng = rng_state(self.device)
+        run.pending.append((loss, tokens, time.perf_counter() - self.step_start))
+        config, step = self.config, run.step
+        logged = bool(config.log_interval) and step % config.log_interval == 0
+        at_end = config.max_steps is not None and step >= config.max_steps
+        due = bool(config.eval_interval) and step % config.eval_interval == 0
+        saving = bool(config.checkpoint_interval) and step % config.checkpoint_interval == 0
+        if self.world == 1 or logged or due or at_end or saving:
+            self._count_losses(run)  # under DDP: one collective, only when a loss is read
+        if self.events is not None and logged:
+            self.events.step_loss(step, run.step_losses[-1])
+        if _show_progress(self.bar, config, run, lr, self.is_main, self.clock, self.last_line):
             self.last_line = time.perf_counter()
-        at_end = self.config.max_steps is not None and run.step >= self.config.max_steps
-        due = self.config.eval_interval and run.step % self.config.eval_interval == 0
         if self.is_main and (due or at_end):
             run.elapsed_s = time.perf_counter() - self.clock
             self.clock += self._evaluate(run)
-        if self.config.checkpoint_interval and run.step % self.config.checkpoint_interval == 0:
-            self.checkpoint = self.saver.save(self._state(run), self.rng)
+        if saving:
+            run.checkpoint = self.saver.save(run.saved(), run.rng)
+
+    def _count_losses(self, run: RunState) -> None:
+        # The pending steps' losses: each process's shares summed (one small collective under
+        # DDP), then counted in the order the steps ran.
+        shares = [loss for loss, _, _ in run.pending]
+        if self.world > 1 and shares:
+            summed = torch.tensor(shares, dtype=torch.float64, device=self.device)
+            dist.all_reduce(summed)
+            shares = summed.tolist()
+        for loss, (_, tokens, seconds) in zip(shares, run.pending, strict=True):
+            run.step_losses.append(loss)
+            run.window.add(loss, tokens, seconds)
+        run.pending.clear()
 
     def diverged(self, run: RunState, error: FloatingPointError) -> FloatingPointError:
         """Return the error for a NaN/inf loss: the step, the newest checkpoint and the fix."""
@@ -277,30 +323,32 @@ class RunHooks:
             f"update) or check the data for bad batches")
 
     def interrupted(self, run: RunState, stop: KeyboardInterrupt) -> None:
-        """Save a checkpoint after Ctrl-C or SIGTERM (with a run folder), saying where it went."""
+        """Save a checkpoint after Ctrl-C or SIGTERM (with a run folder), saying where it went.
+
+        Under DDP the losses of steps since the last log are not in its window (summing them
+        would need every process at one collective while they stop): the first history row after
+        a resume then averages fewer steps. On one process nothing is pending.
+        """
         if self.out is not None:
-            self.saver.save_on_interrupt(stop, self._state(run), self.rng)
+            self.saver.save_on_interrupt(stop, run.saved(), run.rng)
 
     def finish(self, run: RunState) -> TrainResult:
         """Return the run's result after a last evaluation and checkpoint, unless the last step
         already had them."""
         self._close_bar()
+        self._count_losses(run)
         run.elapsed_s = time.perf_counter() - self.clock
         if self.evaluate_fn is not None and self.is_main and (
                 not run.history or run.history[-1]["step"] != run.step):
             self._evaluate(run)
         if self.out is not None and self.saver.saved_step != run.step:
-            self.checkpoint = self.saver.save(self._state(run), self.rng)
+            run.checkpoint = self.saver.save(run.saved(), run.rng)
         elif self.out is not None and self.is_main:
-            self.checkpoint = latest_checkpoint(self.out)
-        return TrainResult(history=run.history, step_losses=self.step_losses,
-                           first_step=self.first_step, steps=run.step, tokens=run.tokens,
-                           elapsed_s=run.elapsed_s, stopped_by=self.stopped_by, out_dir=self.out,
-                           checkpoint=self.checkpoint, config=self.config)
-
-    def _state(self, run: RunState) -> dict[str, Any]:
-        # What a checkpoint saves of the run: its state, and the window of the next history row.
-        return {**asdict(run), "window": asdict(self.window)}
+            run.checkpoint = latest_checkpoint(self.out)
+        return TrainResult(history=run.history, step_losses=run.step_losses,
+                           first_step=run.first_step, steps=run.step, tokens=run.tokens,
+                           elapsed_s=run.elapsed_s, stopped_by=run.stopped_by, out_dir=self.out,
+                           checkpoint=run.checkpoint, config=self.config)
 
     def _close_bar(self) -> None:
         if self.bar is not None:
@@ -311,7 +359,7 @@ class RunHooks:
         # the held-out metrics; printed, and rewritten to history.json/csv. Returns the seconds it
         # took: the loop's clock (elapsed_s, the time-based schedule and budget) counts training
         # only, however often a run evaluates.
-        start, window, config = time.perf_counter(), self.window, self.config
+        start, window, config = time.perf_counter(), run.window, self.config
         row = {"step": run.step, "tokens": run.tokens, "elapsed_s": round(run.elapsed_s, 3),
                "lr": lr_at(run.step, config, run.elapsed_s),
                "train_loss": window.loss / window.steps if window.steps else None,
@@ -324,9 +372,9 @@ class RunHooks:
                     metrics = self.evaluate_fn(self.model, loader, config.eval_batches,
                                                device=self.device, precision=self.precision)
                 prefix = f"val_{label}_" if label else "val_"
-                row.update({f"{prefix}{k}": v for k, v in metrics.items()})
+                row.update({f"{prefix}{k}": v for k, v in (metrics or {}).items()})
         run.history.append(row)
-        self.window = Window()  # a new window starts
+        run.window = Window()  # a new window starts
         if config.progress:
             tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in
                                 row.items() if not k.startswith(_DETAIL)))  # history.json has all
@@ -352,17 +400,18 @@ def _write_history(out_dir: Path, history: list[dict]) -> None:
 LOG_EVERY_S = 30.0  # in a log (no terminal), a progress line at most this often
 
 
-def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, window: Window,
-                   loss: float, lr: float, is_main: bool, clock: float,
-                   last_line: float) -> bool:
+def _show_progress(bar: tqdm, config: TrainConfig, run: RunState, lr: float, is_main: bool,
+                   clock: float, last_line: float) -> bool:
     """Show this step's progress; return True if it printed a progress line.
 
     On the bar: the loss, lr and speed every log_interval steps. Without a bar: a printed line
     every log_interval steps (progress off), or at most every LOG_EVERY_S seconds after
     `last_line` (progress on, but the output is a log file, where a bar would be one line of
-    carriage returns).
+    carriage returns). The loss is the newest counted step's (under DDP, counted at log steps).
     """
+    window = run.window
     rate = window.tokens / max(window.seconds, 1e-9)
+    loss = run.step_losses[-1] if run.step_losses else math.nan
     if not bar.disable:
         if config.log_interval and run.step % config.log_interval == 0:
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}",

@@ -5,8 +5,13 @@ through them (embeddings -> attention -> feed-forward -> layer -> encoder -> hea
 pretraining loss (defined once, here) and fill-mask on token ids beside the model. Numerics
 follow the original BERT (erf GELU, post-LN, LayerNorm eps 1e-12, tanh pooler, MLM decoder tied
 to the word embeddings), so that `bertlab.hf` can map weights to and from
-`transformers.BertForPreTraining` and get the same numbers. Imports only torch; parameter and
-FLOP counts are in `bertlab.sizes`.
+`transformers.BertForPreTraining` and get the same numbers. Imports only torch and the label
+constant; parameter and FLOP counts are in `bertlab.sizes`.
+
+This is the textbook form: every forward takes the inputs a reader expects and returns one shape
+per field. The training step runs the same weights through `bertlab.fast`, which adds what only
+speed needs (the last block at the MLM targets only, a fixed number of MLM rows for
+torch.compile, unpadding); tests keep the two equal.
 
 Taught in notebooks/04_encoder.ipynb
 """
@@ -21,7 +26,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.labels import IGNORE_INDEX  # -100: a label that is not predicted
-
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
 PRESETS: dict[str, tuple[int, int, int]] = {
@@ -134,66 +138,15 @@ class EncoderOutput:
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns; `mlm_logits` is (num_targets, V) when labels are given."""
+    """What `BertForPreTraining` returns. `mlm_logits` has one row per predicted position, in
+    row-major order: the targets (labels != -100) when labels are given, else every position."""
 
-    loss: torch.Tensor | None
-    mlm_loss: torch.Tensor | None
-    nsp_loss: torch.Tensor | None
-    mlm_logits: torch.Tensor
-    nsp_logits: torch.Tensor
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
+    loss: torch.Tensor | None  # () mlm_loss + nsp_loss, or whichever has labels
+    mlm_loss: torch.Tensor | None  # () mean over the targets
+    nsp_loss: torch.Tensor | None  # () mean over the pairs
+    mlm_logits: torch.Tensor  # (N, V): N targets, or N = B*T without labels
+    nsp_logits: torch.Tensor  # (B, 2)
     loss_sums: dict[str, torch.Tensor] | None = None  # behind the means: `pretraining_loss_sums`
-
-
-# ---------------------------------------------------------------------------------------------
-# Unpadding
-
-
-@dataclass
-class Unpadded:
-    """Where the real tokens of a padded (B, T) batch sit, for blocks that skip the padding.
-
-    The projections, the feed-forward and the LayerNorms work token by token, so they run on the
-    N real tokens alone, as a flat (N, d) tensor; only attention needs the (B, T) layout, and
-    `pad` puts the tokens back in place for it (zeros at padding, which the key mask hides).
-    Built by `BertModel.forward` from its `real_tokens` argument.
-    """
-
-    batch: int
-    seq_len: int
-    tokens: torch.Tensor  # (N,) flat indices into the B*T positions of the real tokens, in order
-    slot: torch.Tensor  # (B*T,) each position's row among the N (a padding position: a neighbour's)
-
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """Return the flat rows back in their places, (N, k) -> (B, T, k), zeros at padding."""
-        padded = x.new_zeros(self.batch * self.seq_len, x.shape[-1])
-        return padded.index_copy(0, self.tokens, x).view(self.batch, self.seq_len, -1)
-
-
-def real_token_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Return the flat positions (into B*T, row-major) where `attention_mask` is 1: the
-    `real_tokens` that `BertModel` unpads with. Its length depends on the data, so compute it
-    where that costs nothing: on the CPU batch, before it moves to the device."""
-    return attention_mask.flatten().nonzero().squeeze(1)
-
-
-def _unpadded(attention_mask: torch.Tensor | None, real_tokens: torch.Tensor) -> Unpadded:
-    if attention_mask is None:
-        raise ValueError("real_tokens= needs the attention_mask it was computed from: attention "
-                         "still masks the padding keys")
-    if not torch.compiler.is_compiling() and not torch.equal(
-            real_tokens.to(attention_mask.device), real_token_positions(attention_mask)):
-        raise ValueError("real_tokens does not list the positions where attention_mask is 1 (in "
-                         "row-major order); compute it with bertlab.model.real_token_positions("
-                         "attention_mask)")
-    if not torch.compiler.is_compiling() and not bool(attention_mask[:, 0].all()):
-        raise ValueError("real_tokens= needs every sequence to start with a real token ([CLS] at "
-                         "position 0, padding at the end), as bertlab's loaders build them")
-    B, T = attention_mask.shape
-    # Each position's row among the real tokens: its count of real tokens so far, minus one.
-    slot = (attention_mask.flatten().long().cumsum(0) - 1).clamp(min=0)
-    return Unpadded(B, T, real_tokens, slot)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,17 +210,16 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d, d)
         self.dropout_p = config.attention_dropout
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
-                rows: torch.Tensor | None = None,
-                unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T).
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return the attended vectors (B, T, d) and, if asked, the probabilities (B, h, T, T)."""
+        context, probs = self.attend(self.qkv(x), key_mask, output_attentions)
+        return self.out(context), probs
 
-        With `rows` (flat indices into the B*T tokens) only those rows are projected: (R, d).
-        With `unpadded`, `x` is the real tokens only, (N, d), and so is the output.
-        """
-        qkv = self.qkv(x)  # (B, T, d) -> (B, T, 3d), or unpadded (N, d) -> (N, 3d)
-        if unpadded is not None:
-            qkv = unpadded.pad(qkv)  # (N, 3d) -> (B, T, 3d): attention needs the layout
+    def attend(self, qkv: torch.Tensor, key_mask: torch.Tensor | None,
+               output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return each token's mix of the values, (B, T, 3d) -> (B, T, d), before the output
+        projection; and the attention probabilities if asked."""
         B, T, d = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
         qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)  # -> (B, T, 3, h, d/h)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # -> 3 x (B, h, T, d/h)
@@ -283,12 +235,7 @@ class SelfAttention(nn.Module):
         else:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask,
                                                      dropout_p=dropout_p)  # -> (B, h, T, d/h)
-        context = context.transpose(1, 2).reshape(B, T, d)  # (B, h, T, d/h) -> (B, T, d)
-        if rows is None and unpadded is not None:
-            rows = unpadded.tokens  # back to the real tokens: (B*T, d) -> (N, d)
-        if rows is not None:
-            context = context.flatten(0, 1).index_select(0, rows)  # (B*T, d) -> (R, d)
-        return self.out(context), probs
+        return context.transpose(1, 2).reshape(B, T, d), probs  # (B, h, T, d/h) -> (B, T, d)
 
 
 class EncoderLayer(nn.Module):
@@ -307,27 +254,23 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(d, eps=eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None, output_attentions: bool = False,
-                rows: torch.Tensor | None = None,
-                unpadded: Unpadded | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return the block's output (B, T, d) and the attention probabilities if asked.
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor | None,
+                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return the block's output (B, T, d) and the attention probabilities if asked."""
+        attended, probs = self.attention(x, key_mask, output_attentions)
+        return self.feed_forward(x, attended), probs
 
-        With `rows` (flat indices into the B*T tokens) every token is still attended to, but
-        only those rows go on through the projection and the feed-forward: output (R, d).
-        With `unpadded`, `x` is the real tokens only, (N, d), and so is the output.
-        """
-        attended, probs = self.attention(x, key_mask, output_attentions, rows, unpadded)
-        if rows is not None and unpadded is None:
-            x = x.flatten(0, 1).index_select(0, rows)  # (B, T, d) -> (R, d)
-        elif rows is not None:
-            x = x.index_select(0, unpadded.slot[rows])  # (N, d) -> (R, d)
+    def feed_forward(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """Return the block's output from its input and the attention's: the two residual
+        sums, each followed by LayerNorm, with the feed-forward between; (..., d) -> (..., d)."""
         x = self.attention_norm(x + self.dropout(attended))
         h = F.gelu(self.ffn_in(x))  # (..., d) -> (..., 4d), exact erf GELU
-        x = self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (..., 4d) -> (..., d)
-        return x, probs
+        return self.ffn_norm(x + self.dropout(self.ffn_out(h)))  # (..., 4d) -> (..., d)
 
 
-def _check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: torch.Tensor | None):
+def check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: torch.Tensor | None):
+    """Raise ValueError, naming the input, for ids that are not a (batch, seq_len) integer
+    tensor within the model's positions, or a tensor in `same_shape` of another shape."""
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (batch, seq_len), got shape {tuple(input_ids.shape)}")
     if input_ids.dtype not in (torch.long, torch.int32):
@@ -345,17 +288,10 @@ def _check_inputs(input_ids: torch.Tensor, config: BertConfig, **same_shape: tor
             )
 
 
-def _key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    if attention_mask is None:
-        return None
-    if torch.compiler.is_compiling():
-        # Under torch.compile, no data-dependent branches (each would split the graph): a
-        # given mask is always applied and the all-padding check below is skipped. The training
-        # step leaves out the mask of a batch without padding before the model is called
-        # (`bertlab.pretraining.unpadded_inputs`), so such batches still run unmasked.
-        return attention_mask.bool()[:, None, None, :]
-    # No padding -> no mask at all, so SDPA can take its unmasked fast path.
-    if bool(attention_mask.all()):
+def key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Return attention's mask of the keys, (B, T) -> (B, 1, 1, T), True at real tokens; None
+    when there is no padding, so attention runs unmasked (its fastest path)."""
+    if attention_mask is None or bool(attention_mask.all()):
         return None
     mask = attention_mask.bool()
     if not bool(mask.any(dim=1).all()):
@@ -379,48 +315,21 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
-                output_attentions: bool = False, positions: torch.Tensor | None = None,
-                real_tokens: torch.Tensor | None = None) -> EncoderOutput:
+                output_attentions: bool = False) -> EncoderOutput:
         """Return an `EncoderOutput`: last_hidden_state (B, T, d), pooler_output (B, d), extras.
 
         `attention_mask` is 1 for real tokens and 0 for padding (keys at padding are ignored).
-        `positions` (flat indices into the B*T tokens) asks for the final vectors of those
-        tokens only: last_hidden_state is then (len(positions), d), and the last block skips
-        its projection and feed-forward everywhere else (same numbers, less work).
-        `real_tokens` (`real_token_positions(attention_mask)`) unpads: every block's
-        projections and feed-forward run on the real tokens only, not on the padding (same
-        numbers at real tokens; the states returned hold zeros at padding).
         """
-        _check_inputs(input_ids, self.config, attention_mask=attention_mask,
-                      token_type_ids=token_type_ids)
-        if positions is not None and output_hidden_states:
-            raise ValueError("positions= and output_hidden_states=True do not mix: every layer's "
-                             "full states need the last block at every position")
-        B, T = input_ids.shape
-        key_mask = _key_mask(attention_mask)
-        unpadded = None if real_tokens is None else _unpadded(attention_mask, real_tokens)
-        rows = None
-        if positions is not None:  # the [CLS] rows first (for the pooler), then the asked ones
-            rows = torch.cat([torch.arange(B, device=input_ids.device) * T, positions])
+        check_inputs(input_ids, self.config, attention_mask=attention_mask,
+                     token_type_ids=token_type_ids)
+        mask = key_mask(attention_mask)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T) -> (B, T, d)
-        hidden_states = [x] if output_hidden_states else None
-        if unpadded is not None:
-            x = x.flatten(0, 1).index_select(0, unpadded.tokens)  # (B, T, d) -> (N, d)
-        attentions = [] if output_attentions else None
-        for i, layer in enumerate(self.layers):
-            last = i == len(self.layers) - 1
-            x, probs = layer(x, key_mask, output_attentions, rows if last else None, unpadded)
-            if output_hidden_states:
-                hidden_states.append(x if unpadded is None else unpadded.pad(x))
-            if output_attentions:
-                attentions.append(probs)
-        if unpadded is not None and rows is None:
-            x = unpadded.pad(x)  # (N, d) -> (B, T, d), zeros at padding
-        if rows is None:
-            cls, x = x[:, 0], x  # (B, T, d) -> (B, d)
-        else:
-            cls, x = x[:B], x[B:]  # (B + R, d) -> (B, d), (R, d)
-        pooled = torch.tanh(self.pooler(cls))  # [CLS] vector: (B, d)
+        hidden_states, attentions = [x], []
+        for layer in self.layers:
+            x, probs = layer(x, mask, output_attentions)  # (B, T, d) -> (B, T, d)
+            hidden_states.append(x)
+            attentions.append(probs)
+        pooled = torch.tanh(self.pooler(x[:, 0]))  # the [CLS] vector: (B, T, d) -> (B, d)
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=pooled,
@@ -481,15 +390,22 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     return sums
 
 
-def _target_rows(labels: torch.Tensor, capacity: int | None) -> torch.Tensor:
-    """Return the flat positions the MLM head reads: the targets, in row-major order; with a
-    `capacity`, exactly that many, the targets first, then positions labelled -100."""
-    untargeted = labels.flatten() == IGNORE_INDEX
-    if capacity is None:
-        return (~untargeted).nonzero().squeeze(1)  # data-dependent length
-    # A stable sort puts the targets (0) before the rest (1), each in their order: a fixed
-    # length, so torch.compile traces one graph with no nonzero.
-    return torch.sort(untargeted.to(torch.uint8), stable=True).indices[:capacity]
+def pretraining_output(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
+                       nsp_logits: torch.Tensor,
+                       next_sentence_label: torch.Tensor | None) -> PreTrainingOutput:
+    """Return the `PreTrainingOutput` of these logits: the loss sums and their means.
+
+    A batch with no MLM target gives mlm_loss = 0 (attached to the graph), not NaN.
+    """
+    sums = pretraining_loss_sums(mlm_logits, labels, nsp_logits, next_sentence_label)
+    # Means. With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711);
+    # the sum over max(count, 1) gives 0 instead, attached to the graph so backward() works,
+    # and without a data-dependent branch (which would split a torch.compile graph).
+    mlm_loss = sums["mlm"] / sums["targets"].clamp(min=1) if "mlm" in sums else None
+    nsp_loss = sums["nsp"] / sums["sequences"].clamp(min=1) if "nsp" in sums else None
+    present = [x for x in (mlm_loss, nsp_loss) if x is not None]
+    loss = sum(present[1:], present[0]) if present else None
+    return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, sums or None)
 
 
 class BertForPreTraining(nn.Module):
@@ -513,60 +429,27 @@ class BertForPreTraining(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
-                full_mlm_logits: bool = False, mlm_capacity: int | None = None,
-                real_tokens: torch.Tensor | None = None) -> PreTrainingOutput:
+                next_sentence_label: torch.Tensor | None = None) -> PreTrainingOutput:
         """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
 
-        With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the labelled
-        positions: `mlm_logits` is (num_targets, V), in row-major order of the positions. Without
-        labels, or with `full_mlm_logits=True`, it is (B, T, V) (same loss, much more work). A
-        batch with zero targets gives mlm_loss = 0 (attached to the graph), not NaN.
-        `loss` = mlm_loss + nsp_loss, or whichever of the two has labels. `mlm_capacity` fixes
-        the head's rows (shapes that do not depend on the data, for torch.compile): the targets
-        first, then unlabelled positions that add nothing to the loss; it must be at least the
-        number of targets (`bertlab.pretraining.mlm_capacity` picks it). `real_tokens` unpads
-        the encoder (`BertModel.forward`): the same loss with less work on a padded batch.
+        With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the targets:
+        `mlm_logits` is (num_targets, V), the targets in row-major order, which is where a loss
+        needs it (about 15% of the positions, and the V-wide matmul is the head's cost). Without
+        labels every position is predicted: (B*T, V). `loss` = mlm_loss + nsp_loss, or whichever
+        of the two has labels.
         """
-        _check_inputs(input_ids, self.config, labels=labels)
+        check_inputs(input_ids, self.config, labels=labels)
         if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
             raise ValueError(f"next_sentence_label must be (batch,) = {tuple(input_ids.shape[:1])}"
                              f", got {tuple(next_sentence_label.shape)}")
-        sparse = labels is not None and not full_mlm_logits
-        where = positions = None
-        if sparse:
-            where = _target_rows(labels, mlm_capacity)  # (B*T,) -> (N,) or (mlm_capacity,)
-            # Only the targets' final vectors reach the MLM loss, so the last block can skip the
-            # other tokens (unless every layer's full states were asked for).
-            positions = None if output_hidden_states else where
-        encoded = self.bert(input_ids, attention_mask, token_type_ids,
-                            output_hidden_states=output_hidden_states,
-                            output_attentions=output_attentions, positions=positions,
-                            real_tokens=real_tokens)
-        h = encoded.last_hidden_state  # (B, T, d), or (N, d) when positions were given
-
-        if not sparse:
-            mlm_logits = self.mlm_logits(h)  # (B, T, d) -> (B, T, V)
-            flat_logits = mlm_logits.flatten(0, 1)  # (B, T, V) -> (B*T, V)
-            mlm_labels = None if labels is None else labels.flatten()
-        else:
-            # The head (and its V-wide matmul) runs on the ~15% of tokens that are targets.
-            targets = h if positions is not None else h.flatten(0, 1).index_select(0, where)
-            flat_logits = mlm_logits = self.mlm_logits(targets)  # (N, d) -> (N, V)
-            mlm_labels = labels.flatten().index_select(0, where)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids)
+        h = encoded.last_hidden_state.flatten(0, 1)  # (B, T, d) -> (B*T, d)
+        if labels is not None:  # only the targets: (B*T, d) -> (N, d)
+            where = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+            h, labels = h.index_select(0, where), labels.flatten().index_select(0, where)
+        mlm_logits = self.mlm_logits(h)  # (N, d) -> (N, V)
         nsp_logits = self.nsp(encoded.pooler_output)  # (B, d) -> (B, 2)
-
-        sums = pretraining_loss_sums(flat_logits, mlm_labels, nsp_logits, next_sentence_label)
-        # Means. With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711);
-        # the sum over max(count, 1) gives 0 instead, attached to the graph so backward() works,
-        # and without a data-dependent branch (which would split a torch.compile graph).
-        mlm_loss = sums["mlm"] / sums["targets"].clamp(min=1) if "mlm" in sums else None
-        nsp_loss = sums["nsp"] / sums["sequences"].clamp(min=1) if "nsp" in sums else None
-        present = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        loss = sum(present[1:], present[0]) if present else None
-        return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits,
-                                 encoded.hidden_states, encoded.attentions, sums or None)
+        return pretraining_output(mlm_logits, labels, nsp_logits, next_sentence_label)
 
     @torch.no_grad()
     def fill_mask(self, input_ids: torch.Tensor, mask_id: int, top_k: int = 5,
@@ -580,7 +463,8 @@ class BertForPreTraining(nn.Module):
         out = self.eval()(input_ids.to(device), token_type_ids=None if token_type_ids is None
                           else token_type_ids.to(device))
         self.train(was_training)
-        probs = out.mlm_logits[(input_ids == mask_id).to(device)].float().softmax(-1)  # (masks, V)
+        masks = (input_ids == mask_id).flatten().to(device)  # (B*T,): the rows of mlm_logits
+        probs = out.mlm_logits[masks].float().softmax(-1)  # (masks, V)
         if not torch.isfinite(probs).all():  # finite weights can still overflow inside the model
             raise ValueError("the model gives NaN or inf probabilities: its weights are non-finite "
                              "or overflow (a corrupt checkpoint, or a run that diverged); use an "

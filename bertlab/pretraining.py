@@ -11,7 +11,6 @@ Taught in notebooks/05_pretraining.ipynb
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Sequence, Sized
 from pathlib import Path
@@ -21,57 +20,37 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.device import autocast_context, resolve_compile, resolve_device, to_device
-from bertlab.masking import IGNORE_INDEX, MaskingConfig
-from bertlab.model import BertForPreTraining, loss_counts, real_token_positions
+from bertlab.device import rank_world, resolve_compile, resolve_device
+from bertlab.fast import FastPretraining, fast_inputs, target_share_bound
+from bertlab.hooks import check_loader_batch
+from bertlab.labels import IGNORE_INDEX
+from bertlab.masking import MaskingConfig
+from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.objectives import OBJECTIVES, SINGLE, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
-from bertlab.train import Batch, Objective, TrainConfig, TrainResult, train_loop
+from bertlab.train import (
+    Batch,
+    Objective,
+    TrainConfig,
+    TrainResult,
+    autocast_context,
+    to_device,
+    train_loop,
+)
 
 # The parameters only some objective trains (the pooler and the pair head on [CLS]).
 _PAIR_ONLY = tuple(sorted({prefix for spec in OBJECTIVES.values() for prefix in spec.trains}))
 BERT_OBJECTIVES = ("mlm", "nsp")
 
 
-def pretraining_counts(batch: Batch, *, target_share: float | None = None) -> dict[str, float]:
-    """Return the denominators of the pretraining loss for one batch: MLM targets and sequences.
-
-    With `target_share` (a compiled model's fixed MLM rows, `mlm_capacity`), a batch with more
-    targets than its rows is refused here, while it is still on the CPU, never cut.
-    """
-    counts = {k: float(v) for k, v in loss_counts(batch["labels"],
-                                                  batch["next_sentence_label"]).items()}
-    if target_share is not None:
-        rows, length = batch["labels"].shape
-        capacity = mlm_capacity(batch["labels"].shape, target_share)
-        if counts["targets"] > capacity:
-            raise ValueError(f"a batch of {rows} x {length} has {counts['targets']:.0f} MLM "
-                             f"targets, more than the {capacity} rows the compiled MLM head "
-                             f"reserves (a {target_share:.0%} share); pass compile=False, or "
-                             f"check the loader's masking rate")
-    return counts
+def pretraining_counts(batch: Batch) -> dict[str, float]:
+    """Return the denominators of the pretraining loss for one batch: MLM targets and sequences."""
+    return {k: float(v) for k, v in loss_counts(batch["labels"],
+                                                batch["next_sentence_label"]).items()}
 
 
-def target_share_bound(masking: MaskingConfig) -> float:
-    """Return the share of a batch's positions a compiled run gives MLM rows: a quarter above
-    the masking rate, plus 2 points (whole words, and at least one per row, are covered by
-    `mlm_capacity`'s extra row per sequence). A statistical margin, not a bound: a small batch
-    can draw more targets than that (a compiled 1 x 8 batch at 15% does about 0.6% of the
-    time), and such a batch is refused with an error naming the fix."""
-    return min(1.0, 1.25 * masking.mlm_probability + 0.02)
-
-
-def mlm_capacity(shape: Sequence[int], target_share: float) -> int:
-    """Return how many rows the MLM head gets for labels of `shape` (B, T) with at most
-    `target_share` of the positions as targets: fixed by the shape alone, so a compiled model
-    sees the same shapes on every batch of that shape (`pretraining_counts` checks the fit)."""
-    rows, length = shape
-    return min(rows * length, math.ceil(target_share * rows * length) + rows)
-
-
-def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *,
-                     objectives: Sequence[str] = BERT_OBJECTIVES,
-                     target_share: float | None = None) -> torch.Tensor:
+def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float],
+                     objectives: Sequence[str] = BERT_OBJECTIVES) -> torch.Tensor:
     """Return this batch's share of the step's loss: each objective's sum over the step's totals.
 
     Dividing summed cross-entropies (`loss_sums`, from `bertlab.model.pretraining_loss_sums`) by
@@ -82,16 +61,13 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     loss; ("mlm",) is masked LM only (RoBERTa's choice, and the "MLM only" ablation): the model
     then gets no pair labels, so no gradient reaches the pooler or the pair head, and no loss
     reads the last layer's [CLS] vector; ("mlm", "sop") trains that head on sentence order.
-    With `target_share` the MLM head gets a fixed number of rows (`mlm_capacity`, from the shape
-    alone: no device sync in the step), the form a compiled model needs.
+    `model` is the textbook `BertForPreTraining` or the training step's `FastPretraining` over it.
 
     Taught in notebooks/05_pretraining.ipynb
     """
     if pair_objective(objectives) is None:
         batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-    fixed = {} if target_share is None else {
-        "mlm_capacity": mlm_capacity(batch["labels"].shape, target_share)}
-    sums = model(**batch, **fixed).loss_sums
+    sums = model(**batch).loss_sums
     loss = None
     for name in objectives:
         spec = OBJECTIVES[name]
@@ -100,32 +76,45 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float], *
     return loss
 
 
-def unpadded_inputs(batch: Batch, unpad: bool = False) -> Batch:
-    """Return the batch without `attention_mask` when it has no padding (a CPU check, no device
-    sync): attention then runs with no mask at all, which lets `scaled_dot_product_attention`
-    pick its fastest (flash) kernel; the numbers are the same. A padded batch keeps its mask
-    and, with `unpad`, gets `real_tokens` (`bertlab.model.real_token_positions`, found here on
-    the CPU): the model then skips the padding everywhere but inside attention."""
-    mask = batch.get("attention_mask")
-    if mask is None or mask.device.type != "cpu":
-        return batch
-    if bool(mask.all()):
-        return {k: v for k, v in batch.items() if k != "attention_mask"}
-    return {**batch, "real_tokens": real_token_positions(mask)} if unpad else batch
+class PretrainingObjective(Objective):
+    """BERT's pretraining for the training loop: masked LM plus a pair objective, or alone.
 
+    The step runs `bertlab.fast.FastPretraining` over the model's weights (`module`), hands it
+    batches prepared on the CPU (`inputs`: no mask when there is no padding; with `target_share`,
+    a compiled model's fixed number of MLM rows; with `unpad`, the real tokens), divides each
+    objective's summed loss by the step's counts (`counts`, `loss`) and scores held-out batches
+    with `evaluate`.
 
-def pretraining_objective(objectives: Sequence[str] | str = BERT_OBJECTIVES,
-                          target_share: float | None = None, unpad: bool = False) -> Objective:
-    """Return the `Objective` the training loop runs for these pretraining objectives (with
-    `target_share`, for a compiled model: see `pretraining_loss`; with `unpad`, padded batches
-    skip their padding: see `unpadded_inputs`)."""
-    names = check_objectives(objectives)
-    return Objective(loss=functools.partial(pretraining_loss, objectives=names,
-                                            target_share=target_share),
-                     counts=functools.partial(pretraining_counts, target_share=target_share),
-                     name=",".join(names),
-                     evaluate=functools.partial(evaluate, objectives=names),
-                     inputs=functools.partial(unpadded_inputs, unpad=unpad))
+    Taught in notebooks/05_pretraining.ipynb
+    """
+
+    def __init__(self, objectives: Sequence[str] | str = BERT_OBJECTIVES,
+                 target_share: float | None = None, unpad: bool = False) -> None:
+        self.objectives = check_objectives(objectives)
+        self.name = ",".join(self.objectives)  # saved with every checkpoint
+        self.target_share, self.unpad = target_share, unpad
+
+    def module(self, model: nn.Module) -> nn.Module:
+        """Return the training step's forward over `model`'s weights."""
+        return FastPretraining(model)
+
+    def inputs(self, batch: Batch) -> Batch:
+        """Return the batch as the step hands it to the model (`bertlab.fast.fast_inputs`)."""
+        return fast_inputs(batch, self.target_share, self.unpad)
+
+    def counts(self, batch: Batch) -> dict[str, float]:
+        """Return the batch's MLM targets and sequences (`pretraining_counts`)."""
+        return pretraining_counts(batch)
+
+    def loss(self, model: nn.Module, batch: Batch, totals: dict[str, float]) -> torch.Tensor:
+        """Return the batch's share of the step's loss (`pretraining_loss`)."""
+        return pretraining_loss(model, batch, totals, self.objectives)
+
+    def evaluate(self, model: nn.Module, loader: Iterable[Batch], max_batches: int | None, *,
+                 device: torch.device, precision: str) -> dict[str, float]:
+        """Return the held-out metrics of a history row (`evaluate`)."""
+        return evaluate(model, loader, max_batches, device=device, precision=precision,
+                        objectives=self.objectives)
 
 
 def pretrain(model: nn.Module, train_loader: Iterable[Batch],
@@ -155,8 +144,8 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
     masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
     compiled = resolve_compile(config.compile, resolve_device(config.device))
     share = target_share_bound(masking) if compiled and isinstance(masking, MaskingConfig) else None
-    objective = pretraining_objective(objectives, target_share=share, unpad=config.unpad)
-    trained = {prefix for name in objective.name.split(",") for prefix in OBJECTIVES[name].trains}
+    objective = PretrainingObjective(objectives, target_share=share, unpad=config.unpad)
+    trained = {prefix for name in objective.objectives for prefix in OBJECTIVES[name].trains}
     # Parameters only an objective outside this run trains (the pooler and the pair head, for
     # masked LM alone) get no gradient: they sit the run out (so DDP does not wait for their
     # gradients, and no optimizer state is kept for them), then rejoin.
@@ -193,12 +182,15 @@ def check_pretraining_loaders(train_loader: Iterable[Batch],
                               config: TrainConfig, objectives: Sequence[str] | str, *,
                               vocab_size: int | None = None, pairs: bool = True) -> None:
     """Raise ValueError, naming both sides and the fix, when the loaders cannot train
-    `objectives` with `config` as asked: fewer training examples than one global batch (every
-    step would be smaller than `config.batch_size` says), a pair objective on pairs of another
+    `objectives` with `config` as asked: training batches that do not add up to
+    `config.batch_size` over grad_accum and the processes (`check_loader_batch`), fewer
+    training examples than one global batch (every step would be smaller than
+    `config.batch_size` says), a pair objective on pairs of another
     kind (a bertlab loader's `pairs`; other loaders are not checked for it; `pairs=False`
     skips this), or, with the model's `vocab_size`, a tokenizer larger than the model's
     vocabulary."""
     names = check_objectives(objectives)
+    check_loader_batch(train_loader, config, rank_world()[1])
     dataset = getattr(train_loader, "dataset", None)
     if isinstance(dataset, Sized) and config.batch_size > len(dataset):
         raise ValueError(f"batch_size={config.batch_size} is larger than the {len(dataset)} "
@@ -264,6 +256,7 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     mask_id = loader_mask_id(loader) if mask_id is None else mask_id
     if hasattr(loader, "set_epoch"):
         loader.set_epoch(0)
+    forward = FastPretraining(model) if isinstance(model, BertForPreTraining) else model
     was_training = model.training
     model.eval()
     total = dict.fromkeys(("mlm", "mlm_correct", "targets", "nsp", "nsp_correct", "sequences"),
@@ -274,7 +267,7 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
             break
         batch = to_device(batch, device)
         with autocast_context(device, precision):
-            out = model(**batch)
+            out = forward(**batch)  # the step's arithmetic: the last block at the targets
         labels, nsp_label = batch["labels"], batch["next_sentence_label"]
         where = labels != IGNORE_INDEX
         targets = labels[where]  # row-major: the order of out.mlm_logits' rows

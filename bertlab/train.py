@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from bertlab.config import TrainConfig, lr_at
-from bertlab.device import autocast_context, rank_world, sum_over_processes, to_device, wrap_model
+from bertlab.device import rank_world, wrap_model
 from bertlab.hooks import RunHooks, TrainResult
 from bertlab.optim import MuonAdamW, split_for_muon
 
@@ -30,24 +30,67 @@ __all__ = ["Objective", "TrainConfig", "TrainResult", "build_optimizer", "lr_at"
 Batch = dict[str, torch.Tensor]
 
 
-@dataclass(frozen=True)
 class Objective:
     """What the loop trains: a batch's loss, the counts it is divided by, and how to score it.
 
-    `loss(model, batch, totals)` returns the batch's share of the step's loss, where `totals`
-    holds the step's sums of `counts(batch)` (MLM targets, sequences...) over all its
-    micro-batches and processes. `evaluate(model, loader, max_batches, device=, precision=)`,
-    when given, returns the held-out metrics of each history row. `name` goes into every
-    checkpoint, and a resume with another objective is refused. `inputs(batch)`, when given,
-    turns the batch into what the model is handed, on the CPU before it moves to the device
-    (pretraining drops an all-ones attention mask there, so attention runs unmasked).
+    A subclass defines `counts` and `loss`; the rest have defaults. `name` goes into every
+    checkpoint, and a resume with another objective is refused.
     """
 
-    loss: Callable[[nn.Module, Batch, dict[str, float]], torch.Tensor]
-    counts: Callable[[Batch], dict[str, float]]
-    evaluate: Callable[..., dict[str, float]] | None = None
-    name: str = ""
-    inputs: Callable[[Batch], Batch] | None = None
+    name = ""
+
+    def counts(self, batch: Batch) -> dict[str, float]:
+        """Return the batch's loss denominators (MLM targets, sequences...), on the CPU batch."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Batch, totals: dict[str, float]) -> torch.Tensor:
+        """Return the batch's share of the step's loss; `totals` holds the step's sums of
+        `counts` over all its micro-batches and processes."""
+        raise NotImplementedError
+
+    def module(self, model: nn.Module) -> nn.Module:
+        """Return what the training step calls: the model itself, or a faster module over the
+        same weights (pretraining's `bertlab.fast.FastPretraining`)."""
+        return model
+
+    def inputs(self, batch: Batch) -> Batch:
+        """Return what the model is handed for `batch`, prepared on the CPU before it moves to
+        the device (pretraining drops an all-ones attention mask there)."""
+        return batch
+
+    def evaluate(self, model: nn.Module, loader: Iterable[Batch], max_batches: int | None, *,
+                 device: torch.device, precision: str) -> dict[str, float] | None:
+        """Return the held-out metrics of a history row (None: this objective has none)."""
+        return None
+
+
+def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Return the mixed-precision context for forward passes (a no-op for fp32).
+
+    Under autocast, matmuls run in bf16/fp16 while the weights, their gradients and the
+    optimizer state stay fp32 (so no master-weight copy is needed).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Return the batch with its tensors on `device` (other values as they are)."""
+    # non_blocking overlaps the copy with compute when the loader pins memory (pin_memory=True).
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in batch.items()}
+
+
+def sum_over_processes(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Return each number summed over all processes (one small collective; as is on one)."""
+    if rank_world()[1] == 1:
+        return values
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist(), strict=True))
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig,
@@ -76,57 +119,60 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
     return MuonAdamW(muon, groups, muon_options=dict(lr=config.muon_lr), adamw_options=adamw)
 
 
-def step_totals(micro_batches: list[Batch], counts: Callable[[Batch], dict[str, float]],
-                device: torch.device) -> tuple[int, dict[str, float]]:
-    """Return (the step's input tokens, its loss denominators), summed over its micro-batches and
-    over the processes, before any forward pass, so each batch's loss is its share of the step."""
-    totals: dict[str, float] = {}
+def step_totals(micro_batches: list[Batch], counts, device: torch.device) -> dict[str, float]:
+    """Return the step's loss denominators and its input tokens ("tokens"), summed over its
+    micro-batches and over the processes (one collective), before any forward pass, so each
+    batch's loss is its share of the step."""
+    totals: dict[str, float] = {"tokens": 0.0}
     for batch in micro_batches:
         for key, value in counts(batch).items():
             totals[key] = totals.get(key, 0.0) + value
-    tokens = sum(batch["input_ids"].numel() for batch in micro_batches)
-    tokens = int(sum_over_processes({"tokens": tokens}, device)["tokens"])
-    return tokens, sum_over_processes(totals, device)
+        totals["tokens"] += batch["input_ids"].numel()
+    return sum_over_processes(totals, device)
 
 
 def train_step(model: nn.Module, micro_batches: list[Batch], objective: Objective,
                optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *, lr: float,
-               grad_clip: float | None = None, precision: str = "fp32",
-               ddp: nn.parallel.DistributedDataParallel | None = None) -> tuple[float, int]:
-    """Return (the step's loss, its tokens) after one optimizer step on `micro_batches`.
+               grad_clip: float | None = None, precision: str = "fp32") -> tuple[float, int]:
+    """Return (this process's share of the step's loss, the step's tokens) after one optimizer
+    step on `micro_batches`; on one process the share is the loss.
 
     For each micro-batch: forward -> loss -> backward (gradients add up over the micro-batches;
-    under DDP they are all-reduced once, after the last). Then clip the gradient norm to
-    `grad_clip`, and step at learning rate `lr` (times each parameter group's "lr_scale").
-    A NaN or inf loss raises FloatingPointError before the update, so the weights stay good.
+    under DDP, `model` being the DistributedDataParallel wrapper, they are all-reduced once, after
+    the last). Then clip the gradient norm to `grad_clip`, and step at learning rate `lr` (times
+    each parameter group's "lr_scale").
+    A NaN or inf loss or gradient norm raises FloatingPointError before the update, so the
+    weights stay good (under DDP the all-reduced norm is the same on every process).
     """
-    device = next(model.parameters()).device
-    world = rank_world()[1]
-    tokens, totals = step_totals(micro_batches, objective.counts, device)
+    device, world = next(model.parameters()).device, rank_world()[1]
+    ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+    totals = step_totals(micro_batches, objective.counts, device)
     for group in optimizer.param_groups:  # the schedule's learning rate for this step
         group["lr"] = lr * group.get("lr_scale", 1.0)
     step_loss = torch.zeros((), device=device)
-    if objective.inputs is not None:
-        micro_batches = [objective.inputs(batch) for batch in micro_batches]
     for i, batch in enumerate(micro_batches):
         last = i == len(micro_batches) - 1
         with contextlib.nullcontext() if ddp is None or last else ddp.no_sync():
             with autocast_context(device, precision):
                 # DDP averages gradients over processes; this loss is already a share of the
                 # global sum, so it is scaled back up by the number of processes.
-                loss = objective.loss(model, to_device(batch, device), totals) * world
+                loss = objective.loss(model, to_device(objective.inputs(batch), device),
+                                      totals) * world
             scaler.scale(loss).backward()  # fp16 only: scaled up, so small gradients survive
         step_loss += loss.detach() / world
-    loss_value = sum_over_processes({"loss": step_loss.item()}, device)["loss"]
-    if not math.isfinite(loss_value):
-        raise FloatingPointError(f"training loss is {loss_value}")
+    norm = step_loss  # without clipping there is no norm: the loss alone is checked
     if grad_clip is not None:
         scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        norm = nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    # The step's one look at the device: the loss and the gradient norm must be finite.
+    loss_value, norm_value = torch.stack([step_loss, norm.float()]).tolist()
+    for what, value in (("training loss", loss_value), ("gradient norm", norm_value)):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"{what} is {value}")
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return loss_value, tokens
+    return loss_value, int(totals["tokens"])
 
 
 def train_loop(model: nn.Module, train_loader: Iterable[Batch], config: TrainConfig,
@@ -152,13 +198,14 @@ def train_loop(model: nn.Module, train_loader: Iterable[Batch], config: TrainCon
     scaler = torch.amp.GradScaler(hooks.device.type, enabled=hooks.precision == "fp16")
     with hooks.running():  # holds the run folder; SIGTERM acts as Ctrl-C; own dropout stream
         run = hooks.start(model, optimizer, scaler, train_loader)  # step 0, or resumed
-        train_model, ddp = wrap_model(model, hooks.device, hooks.compile)  # compile, DDP
+        # What the step calls (a faster module over the same weights), compiled, under DDP.
+        train_model = wrap_model(objective.module(model), hooks.device, hooks.compile)
         try:
             while hooks.another_step(run):
                 lr = lr_at(run.step, config, run.elapsed_s)
                 loss, tokens = train_step(train_model, hooks.next_batches(), objective,
                                           optimizer, scaler, lr=lr, grad_clip=config.grad_clip,
-                                          precision=hooks.precision, ddp=ddp)
+                                          precision=hooks.precision)
                 hooks.after_step(run, loss, tokens, lr)  # logs; evaluates, checkpoints if due
         except KeyboardInterrupt as stop:
             hooks.interrupted(run, stop)  # saves a checkpoint to resume from

@@ -1,5 +1,6 @@
 """bertlab.model (+ sizes, classifier): presets, counts, shapes, masking, the sparse MLM head, the loss."""
 
+import dataclasses
 import json
 
 import pytest
@@ -167,21 +168,6 @@ def test_padding_does_not_change_real_tokens():
     torch.testing.assert_close(model(ids, torch.ones_like(ids)).last_hidden_state, alone)
 
 
-def test_positions_give_the_same_vectors_with_less_work():
-    model = model_of(BertModel)
-    batch = make_batch()
-    args = (batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    full = model(*args)
-    where = torch.tensor([1, 5, 13, 30, 5])
-    some = model(*args, positions=where)
-    assert some.last_hidden_state.shape == (5, 32)
-    torch.testing.assert_close(some.last_hidden_state, full.last_hidden_state.flatten(0, 1)[where],
-                               atol=1e-5, rtol=0)
-    torch.testing.assert_close(some.pooler_output, full.pooler_output, atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match="do not mix"):
-        model(batch["input_ids"], positions=where, output_hidden_states=True)
-
-
 def test_dropout_only_in_training():
     model = model_of()
     batch = make_batch()
@@ -193,22 +179,19 @@ def test_dropout_only_in_training():
 
 # --- pretraining heads --------------------------------------------------------------------------
 
-def test_sparse_mlm_head_equals_the_full_one():
+def test_the_mlm_head_runs_at_the_targets_only_with_the_logits_it_would_give_everywhere():
     model = model_of()
     batch = make_batch()
     sparse = model(**batch)
-    full = model(**batch, full_mlm_logits=True)
-    targets = batch["labels"] != IGNORE_INDEX
-    assert sparse.mlm_logits.shape == (int(targets.sum()), V)
-    assert full.mlm_logits.shape == (3, 12, V)
-    torch.testing.assert_close(sparse.mlm_logits, full.mlm_logits[targets], atol=1e-5, rtol=0)
-    torch.testing.assert_close(sparse.mlm_loss, full.mlm_loss, atol=1e-6, rtol=1e-6)
+    everywhere = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    targets = (batch["labels"] != IGNORE_INDEX).flatten()
+    assert sparse.mlm_logits.shape == (int(targets.sum()), V)  # one row per target
+    assert everywhere.mlm_logits.shape == (3 * 12, V)  # no labels: one row per position
+    torch.testing.assert_close(sparse.mlm_logits, everywhere.mlm_logits[targets], atol=1e-5,
+                               rtol=0)
     torch.testing.assert_close(sparse.loss, sparse.mlm_loss + sparse.nsp_loss)
-    assert model(batch["input_ids"]).mlm_logits.shape == (3, 12, V)  # no labels: every position
-    # Asking for every layer's states runs the last block everywhere: same loss.
-    with_states = model(**batch, output_hidden_states=True)
-    torch.testing.assert_close(with_states.loss, sparse.loss, atol=1e-6, rtol=1e-6)
-    assert len(with_states.hidden_states) == 3
+    assert all(f.name not in ("hidden_states", "attentions")
+               for f in dataclasses.fields(sparse)), "one return shape per field, no extras"
 
 
 def test_losses_present_only_with_their_labels():
@@ -230,18 +213,19 @@ def test_loss_sums_and_counts_behind_the_mean_losses():
     assert int(sums["sequences"]) == 3
     torch.testing.assert_close(out.mlm_loss, sums["mlm"] / sums["targets"], atol=0, rtol=0)
     torch.testing.assert_close(out.nsp_loss, sums["nsp"] / sums["sequences"], atol=0, rtol=0)
-    full = model(**batch, full_mlm_logits=True).loss_sums  # same sums from the (B, T, V) logits
-    assert torch.equal(full["targets"], sums["targets"])
-    torch.testing.assert_close(full["mlm"], sums["mlm"], atol=1e-5, rtol=1e-6)
+    # The same sum from the logits at every position, with every label (-100s add nothing).
+    everywhere = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    full = torch.nn.functional.cross_entropy(everywhere.mlm_logits, batch["labels"].flatten(),
+                                             reduction="sum")
+    torch.testing.assert_close(full, sums["mlm"], atol=1e-5, rtol=1e-6)
     assert model(batch["input_ids"]).loss_sums is None
 
 
-@pytest.mark.parametrize("full", [False, True])
-def test_zero_targets_give_a_finite_loss_and_zero_mlm_gradient(full):
+def test_zero_targets_give_a_finite_loss_and_zero_mlm_gradient():
     model = model_of()
     batch = make_batch()
     batch["labels"] = torch.full_like(batch["labels"], IGNORE_INDEX)
-    out = model(**batch, full_mlm_logits=full)
+    out = model(**batch)
     assert out.mlm_loss.item() == 0.0 and torch.isfinite(out.loss)
     out.loss.backward()
     assert torch.all(model.mlm.bias.grad == 0)
@@ -304,36 +288,8 @@ def test_bad_inputs_get_clear_errors():
         model(ids, attention_mask=torch.zeros_like(ids))
 
 
-def test_forward_is_one_graph_under_torch_compile():
-    # No data-dependent Python branches or shapes in the training forward: with a fixed number
-    # of MLM rows (mlm_capacity), torch.compile (on for CUDA) traces it as one graph, padding
-    # and all, with no nonzero (whose data-dependent length would split the graph).
-    import torch._dynamo as dynamo
+def test_the_textbook_forward_takes_the_five_inputs_a_reader_expects():
+    import inspect
 
-    config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2)
-    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0))
-    ids = torch.randint(5, 300, (3, 16), generator=torch.Generator().manual_seed(1))
-    attention = torch.ones_like(ids)
-    attention[1, 10:] = 0
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 2] = ids[:, 2]
-    dynamo.reset()
-    explained = dynamo.explain(model)(ids, attention, torch.zeros_like(ids), labels,
-                                      torch.tensor([0, 1, 0]), mlm_capacity=12)
-    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
-    assert explained.graph_count == 1
-
-
-def test_a_fixed_mlm_capacity_gives_the_same_loss_and_the_targets_logits_first():
-    config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2)
-    model = BertForPreTraining(config, generator=torch.Generator().manual_seed(0)).eval()
-    ids = torch.randint(5, 300, (3, 16), generator=torch.Generator().manual_seed(1))
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 2], labels[0, 9] = ids[:, 2], ids[0, 9]
-    sparse = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]))
-    fixed = model(ids, labels=labels, next_sentence_label=torch.tensor([0, 1, 0]),
-                  mlm_capacity=10)
-    assert fixed.mlm_logits.shape == (10, 300) and sparse.mlm_logits.shape == (4, 300)
-    torch.testing.assert_close(fixed.mlm_logits[:4], sparse.mlm_logits)
-    torch.testing.assert_close(fixed.loss, sparse.loss)
-    assert fixed.loss_sums["targets"] == 4  # the padding rows are labelled -100: not counted
+    assert list(inspect.signature(BertForPreTraining.forward).parameters) == [
+        "self", "input_ids", "attention_mask", "token_type_ids", "labels", "next_sentence_label"]

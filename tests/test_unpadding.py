@@ -1,4 +1,5 @@
-"""Unpadding: a padded batch's blocks run on its real tokens only, with the same numbers."""
+"""Unpadding in the loop: a padded batch's blocks run on its real tokens only, with the same
+numbers (the forward itself is checked against the textbook model in tests/test_fast.py)."""
 
 from __future__ import annotations
 
@@ -8,107 +9,18 @@ import pytest
 import torch
 
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.fast import fast_inputs, real_token_positions
 from bertlab.finetune import finetune_classifier
-from bertlab.masking import IGNORE_INDEX
-from bertlab.model import BertConfig, BertForPreTraining, real_token_positions
+from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
-from bertlab.pretraining import pretrain, unpadded_inputs
+from bertlab.pretraining import PretrainingObjective, pretrain
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SEQ = 128  # BBC pairs at 128 tokens: about a tenth of the positions are padding
-
-
-def small_model(seed: int = 0, dropout: float = 0.0) -> BertForPreTraining:
-    config = BertConfig.preset("tiny", vocab_size=300, hidden_size=32, num_heads=2,
-                               hidden_dropout=dropout, attention_dropout=dropout)
-    return BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
-
-
-def padded_batch():
-    # Three sequences of 16 positions with 16, 10 and 5 real tokens; targets at real tokens only.
-    ids = torch.randint(5, 300, (3, 16), generator=torch.Generator().manual_seed(1))
-    mask = torch.ones_like(ids)
-    mask[1, 10:] = 0
-    mask[2, 5:] = 0
-    ids = ids.masked_fill(mask == 0, 0)
-    labels = torch.full_like(ids, IGNORE_INDEX)
-    labels[:, 2], labels[0, 12], labels[1, 9] = ids[:, 2], ids[0, 12], ids[1, 9]
-    segments = (torch.arange(16) >= 4).long().expand(3, -1) * mask
-    return dict(input_ids=ids, attention_mask=mask, token_type_ids=segments, labels=labels,
-                next_sentence_label=torch.tensor([0, 1, 0]))
-
-
-def test_real_token_positions_are_the_flat_indices_of_the_mask_ones():
-    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
-    assert real_token_positions(mask).tolist() == [0, 1, 2, 3]
-
-
-@pytest.mark.parametrize("capacity", [None, 12])
-def test_the_unpadded_forward_and_backward_match_the_padded_one(capacity):
-    batch = padded_batch()
-    real = real_token_positions(batch["attention_mask"])
-    assert len(real) == 31  # 48 positions, 17 of them padding: the blocks skip 35% here
-    losses, grads = [], []
-    for extra in ({}, {"real_tokens": real}):
-        model = small_model()
-        out = model(**batch, mlm_capacity=capacity, **extra)
-        out.loss.backward()
-        losses.append(out)
-        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
-    padded, unpadded = losses
-    torch.testing.assert_close(unpadded.loss, padded.loss)
-    torch.testing.assert_close(unpadded.mlm_logits, padded.mlm_logits)
-    torch.testing.assert_close(unpadded.nsp_logits, padded.nsp_logits)
-    assert grads[0].keys() == grads[1].keys()
-    for name in grads[0]:
-        torch.testing.assert_close(grads[1][name], grads[0][name], msg=name)
-
-
-def test_unpadded_states_match_at_real_tokens_and_are_zero_at_padding():
-    batch = padded_batch()
-    mask = batch["attention_mask"].bool()
-    model = small_model().eval()
-    inputs = dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                  token_type_ids=batch["token_type_ids"], output_hidden_states=True)
-    padded = model.bert(**inputs)
-    unpadded = model.bert(**inputs, real_tokens=real_token_positions(batch["attention_mask"]))
-    assert unpadded.last_hidden_state.shape == padded.last_hidden_state.shape == (3, 16, 32)
-    torch.testing.assert_close(unpadded.last_hidden_state[mask], padded.last_hidden_state[mask])
-    assert not unpadded.last_hidden_state[~mask].any()
-    torch.testing.assert_close(unpadded.pooler_output, padded.pooler_output)
-    assert len(unpadded.hidden_states) == len(padded.hidden_states) == 3
-    for ours, theirs in zip(unpadded.hidden_states[1:], padded.hidden_states[1:], strict=True):
-        torch.testing.assert_close(ours[mask], theirs[mask])
-
-
-def test_bad_real_tokens_are_refused_with_the_fix():
-    batch = padded_batch()
-    model = small_model()
-    real = real_token_positions(batch["attention_mask"])
-    with pytest.raises(ValueError, match="needs the attention_mask"):
-        model(batch["input_ids"], real_tokens=real)
-    with pytest.raises(ValueError, match="real_token_positions"):
-        model(batch["input_ids"], batch["attention_mask"], real_tokens=real[1:])
-    left = batch["attention_mask"].flip(1)  # padding first: position 0 is no [CLS]
-    with pytest.raises(ValueError, match="start with a real token"):
-        model(batch["input_ids"], left, real_tokens=real_token_positions(left))
-
-
-def test_the_unpadded_forward_is_one_graph_under_torch_compile():
-    # The indices come with the batch (found on the CPU), so no nonzero runs inside the graph.
-    import torch._dynamo as dynamo
-
-    batch = padded_batch()
-    model = small_model()
-    dynamo.reset()
-    explained = dynamo.explain(model)(**batch, mlm_capacity=12,
-                                      real_tokens=real_token_positions(batch["attention_mask"]))
-    assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
-    assert explained.graph_count == 1
 
 
 @pytest.fixture(scope="module")
@@ -135,20 +47,26 @@ def quiet(**settings) -> TrainConfig:
 
 
 def test_pretrain_with_unpad_hands_padded_batches_their_real_tokens_and_trains_the_same(
-        tok, examples):
-    loader = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+        tok, examples, monkeypatch):
+    loader = pretraining_loader(examples, tok, split=None, seed=0,
+                                options=LoaderOptions(batch_size=8))
     batches = list(loader)[:4]
     padded_ones = [not bool(b["attention_mask"].all()) for b in batches]
     assert 0 < sum(padded_ones) < 4, padded_ones  # both kinds among the 4 steps' batches
     batch = batches[padded_ones.index(True)]
-    assert "real_tokens" not in unpadded_inputs(batch)  # off unless asked
-    torch.testing.assert_close(unpadded_inputs(batch, unpad=True)["real_tokens"],
+    assert "real_tokens" not in fast_inputs(batch)  # off unless asked
+    torch.testing.assert_close(fast_inputs(batch, unpad=True)["real_tokens"],
                                real_token_positions(batch["attention_mask"]))
     seen = []
-    model = pretraining_model(tok)
-    model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(
-        kwargs.get("real_tokens") is not None), with_kwargs=True)
-    unpadded = pretrain(model, loader, None, quiet(unpad=True))
+    handed = PretrainingObjective.inputs  # what the step hands the model, batch by batch
+
+    def inputs(self, batch):
+        prepared = handed(self, batch)
+        seen.append(prepared.get("real_tokens") is not None)
+        return prepared
+    monkeypatch.setattr(PretrainingObjective, "inputs", inputs)
+    unpadded = pretrain(pretraining_model(tok), loader, None, quiet(unpad=True))
+    monkeypatch.undo()
     padded = pretrain(pretraining_model(tok), loader, None, quiet())
     assert seen == padded_ones  # a batch with no padding has no mask, so nothing to unpad
     assert unpadded.step_losses == pytest.approx(padded.step_losses, rel=1e-5)
@@ -160,7 +78,8 @@ def test_a_compiled_unpadded_training_step_matches_eager_without_graph_breaks(to
     # length as a symbolic size (automatic dynamic shapes), then reuses the graph.
     import torch._dynamo as dynamo
 
-    loader = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+    loader = pretraining_loader(examples, tok, split=None, seed=0,
+                                options=LoaderOptions(batch_size=8))
     config = quiet(schedule="constant", warmup_fraction=0.0, unpad=True)
     eager = pretrain(pretraining_model(tok), loader, None, config)
     dynamo.reset()
