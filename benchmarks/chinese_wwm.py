@@ -40,7 +40,7 @@ import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.document import split_documents
 from bertlab.finetune import FinetuneConfig, finetune_classifier
 from bertlab.masking import MaskingConfig
@@ -109,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     val_ex, val_words = segmented_examples(parts["validation"], tok, seed=1)
     evals = {  # fixed masks, every target shown as [MASK]
         kind: pretraining_loader(val_ex, tok, split=None, word_ids=val_words,
-                                 whole_word=kind == "wwm", batch_size=64, shuffle=False,
-                                 masking="static", return_word_ids=True,
-                                 mask_config=MaskingConfig(mask_replace_prob=1.0,
-                                                           random_replace_prob=0.0))
+                                 options=LoaderOptions(
+                                     whole_word=kind == "wwm", batch_size=64, shuffle=False,
+                                     mask_schedule="static", return_word_ids=True,
+                                     masking=MaskingConfig(mask_replace_prob=1.0,
+                                                           random_replace_prob=0.0)))
         for kind in KINDS
     }
     # Second characters of hidden two-character words, partner hidden / shown again: the same
@@ -132,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"seed": seed, "model": "from scratch", "sentiment_accuracy": scratch.accuracy})
         for kind in KINDS:
             model = BertForPreTraining(config, generator=torch.Generator().manual_seed(seed))
-            loader = pretraining_loader(train_ex, tok, split=None, word_ids=train_words,
-                                        whole_word=kind == "wwm", seed=seed,
-                                        batch_size=RECIPE.batch_size,
-                                        mask_config=RECIPE.masking())
+            loader = pretraining_loader(train_ex, tok, split=None, word_ids=train_words, seed=seed,
+                                        options=LoaderOptions(whole_word=kind == "wwm",
+                                                              batch_size=RECIPE.batch_size,
+                                                              masking=RECIPE.masking))
             run = pretrain(model, loader, None, RECIPE.train_config(
                 max_steps=args.steps, checkpoint_interval=None, progress=False, log_interval=0,
                 device=args.device, seed=seed), objectives=RECIPE.objectives)

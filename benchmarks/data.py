@@ -139,14 +139,18 @@ def write_long_line(path: Path, english: list[list[str]], seed: int = 0) -> int:
 CHILD = r"""
 import json, resource, sys, time
 import bertlab as bl
-from bertlab.shards import prepare_shards
+from bertlab.document import split_documents
 from bertlab.nsp import create_nsp_examples
+from bertlab.shards import PrepareOptions, prepare_shards
+from bertlab.streaming import StreamOptions
+from bertlab.tokenizer import load_tokenizer
 mode, corpus, tok_path, out, splits = sys.argv[1:6]
 splits = None if splits == "all" else tuple(splits.split(","))
 tok = load_tokenizer(tok_path)
 start = time.perf_counter()
 if mode == "stream":
-    summary = prepare_shards(corpus, tok, out, max_seq_len=128, seed=0, splits=splits)
+    summary = prepare_shards(corpus, tok, out,
+                             PrepareOptions(StreamOptions(max_seq_len=128), splits=splits), seed=0)
     metas = summary["splits"].values()
     result = {"examples": sum(m["examples"] for m in metas),
               "documents": sum(m["documents"] for m in metas), **summary["corpus_read"]}

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.downstream import cls_features, linear_probe, load_task
+from bertlab.downstream import ProbeConfig, cls_features, linear_probe, load_task
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table, summarize
 from bertlab.loading import load_model
 from bertlab.model import BertForPreTraining
@@ -47,8 +47,9 @@ def probe_scores(model, docs, labels, tok, max_seq_len: int) -> dict[str, float]
     out = {}
     for pooling in POOLINGS:
         features = cls_features(model, docs, tok, pooling=pooling, max_seq_len=max_seq_len)
-        out[pooling] = linear_probe(model, docs, labels, tokenizer=tok, pooling=pooling,
-                                    features=features, max_seq_len=max_seq_len).accuracy
+        probe = ProbeConfig(pooling=pooling, max_seq_len=max_seq_len)
+        out[pooling] = linear_probe(model, docs, labels, tokenizer=tok, config=probe,
+                                    features=features).accuracy
     return out
 
 

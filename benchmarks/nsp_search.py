@@ -75,21 +75,21 @@ def run_trial(name: str, spec: dict, seed: int, steps: int, run_dir: Path) -> di
     torch.set_num_threads(1)
     import bertlab as bl
     from bertlab.course.doctor import load_average
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.masking import MaskingConfig
 
     load_start, start = load_average(), time.perf_counter()
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
-    train = pretraining_loader(docs, tok, split="train", batch_size=spec["batch"],
-                               max_seq_len=spec["seq"], seed=seed, pairs="nsp",
-                               pair_draws=spec["pair_draws"],
-                               mask_config=MaskingConfig(mlm_probability=spec["mlm_probability"]))
+    train = pretraining_loader(docs, tok, split="train", seed=seed, options=LoaderOptions(
+        batch_size=spec["batch"], max_seq_len=spec["seq"], pairs="nsp",
+        pair_draws=spec["pair_draws"],
+        masking=MaskingConfig(mlm_probability=spec["mlm_probability"])))
     # The yardstick: BERT's masking, seed 0, every validation pair, at 128 and at 64 tokens.
-    val = {"": pretraining_loader(docs, tok, split="validation", batch_size=32, max_seq_len=128,
-                                  seed=0),
-           "64": pretraining_loader(docs, tok, split="validation", batch_size=32,
-                                    max_seq_len=VAL_PAIRS_SEQ, seed=0)}
+    val = {"": pretraining_loader(docs, tok, split="validation", seed=0,
+                                  options=LoaderOptions(batch_size=32, max_seq_len=128)),
+           "64": pretraining_loader(docs, tok, split="validation", seed=0, options=LoaderOptions(
+               batch_size=32, max_seq_len=VAL_PAIRS_SEQ))}
     config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
                                   hidden_dropout=spec["dropout"],
                                   attention_dropout=spec["dropout"])
@@ -155,7 +155,7 @@ def calibrate(names: list[str], rounds: int, steps: int = 40, timed: int = 25) -
 
     torch.set_num_threads(1)
     import bertlab as bl
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.masking import MaskingConfig
 
     docs = bl.load_corpus("bbc")
@@ -164,10 +164,11 @@ def calibrate(names: list[str], rounds: int, steps: int = 40, timed: int = 25) -
     seconds: dict[str, list[float]] = {key: [] for key in specs}
     for _ in range(rounds):
         for key, spec in specs.items():
-            train = StepClock(pretraining_loader(
-                docs, tok, split="train", batch_size=spec["batch"], max_seq_len=spec["seq"],
-                seed=0, pairs="nsp",
-                mask_config=MaskingConfig(mlm_probability=spec["mlm_probability"])))
+            options = LoaderOptions(
+                batch_size=spec["batch"], max_seq_len=spec["seq"], pairs="nsp",
+                masking=MaskingConfig(mlm_probability=spec["mlm_probability"]))
+            train = StepClock(pretraining_loader(docs, tok, split="train", seed=0,
+                                                 options=options))
             config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
                                           hidden_dropout=spec["dropout"],
                                           attention_dropout=spec["dropout"])
@@ -246,11 +247,12 @@ def overlap_rule() -> dict:
     from twins import word_overlap_rule  # benchmarks/twins.py
 
     import bertlab as bl
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
 
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
-    train, val = (pretraining_loader(docs, tok, split=split, max_seq_len=VAL_PAIRS_SEQ, seed=0)
+    train, val = (pretraining_loader(docs, tok, split=split, seed=0,
+                                     options=LoaderOptions(max_seq_len=VAL_PAIRS_SEQ))
                   .dataset.examples for split in ("train", "validation"))
     return word_overlap_rule(train, val)
 

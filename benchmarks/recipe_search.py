@@ -95,17 +95,17 @@ def run_trial(name: str, spec: dict, seed: int, minutes: float) -> dict:
 
     torch.set_num_threads(1)
     import bertlab as bl
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.masking import MaskingConfig
     from bertlab.pretraining import evaluate
 
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
-    train = pretraining_loader(docs, tok, split="train", batch_size=spec["batch"],
-                               max_seq_len=spec["seq"], seed=seed,
-                               mask_config=MaskingConfig(mlm_probability=spec["mlm_probability"]))
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)  # BERT's masking, a fixed seed
+    train = pretraining_loader(docs, tok, split="train", seed=seed, options=LoaderOptions(
+        batch_size=spec["batch"], max_seq_len=spec["seq"],
+        masking=MaskingConfig(mlm_probability=spec["mlm_probability"])))
+    val = pretraining_loader(docs, tok, split="validation", seed=0,  # BERT's masking, a fixed seed
+                             options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     config = bl.BertConfig.preset(spec["preset"], vocab_size=tok.get_vocab_size(),
                                   hidden_dropout=spec["dropout"],
                                   attention_dropout=spec["dropout"])

@@ -41,7 +41,7 @@ def worker(preset: str, threads: int | None, steps: int) -> dict:
     import torch
 
     from bertlab.corpus import load_corpus
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.model import BertForPreTraining
     from bertlab.pretraining import pretrain
     from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
@@ -52,9 +52,9 @@ def worker(preset: str, threads: int | None, steps: int) -> dict:
     course = recipe("course")
     docs = load_corpus("bbc")
     tok = train_tokenizer(docs, vocab_size=8192)
-    train = pretraining_loader(docs, tok, split="train", seed=0, **course.loader_options())
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    train = pretraining_loader(docs, tok, split="train", seed=0, options=course.loader_options())
+    val = pretraining_loader(docs, tok, split="validation", seed=0,
+                             options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     model = BertForPreTraining(course.model_config(preset, tok.get_vocab_size()),
                                generator=torch.Generator().manual_seed(0))
     config = course.train_config(max_steps=DEMO_STEPS, stop_after=steps,

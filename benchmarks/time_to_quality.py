@@ -47,7 +47,7 @@ from torch import nn
 
 import bertlab as bl
 from bertlab.course.cloze import cloze_score
-from bertlab.data import EpochLoader, EpochShuffleSampler, pretraining_loader
+from bertlab.data import EpochLoader, EpochShuffleSampler, LoaderOptions, pretraining_loader
 from bertlab.hf import hf_config_fields
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import (
@@ -90,8 +90,8 @@ class HfBert(nn.Module):
         out = self.hf(input_ids=input_ids, attention_mask=attention_mask,
                       token_type_ids=token_type_ids)
         logits, nsp_logits = out.prediction_logits, out.seq_relationship_logits  # (B,T,V), (B,2)
-        if labels is None:
-            return PreTrainingOutput(None, None, None, logits, nsp_logits)
+        if labels is None:  # every position predicted, one row each, as bertlab's
+            return PreTrainingOutput(None, None, None, logits.flatten(0, 1), nsp_logits)
         where = labels != IGNORE_INDEX
         logits = logits[where]  # (B, T, V) -> (targets, V), row-major as bertlab's
         sums = pretraining_loss_sums(logits, labels[where], nsp_logits, next_sentence_label)
@@ -167,7 +167,7 @@ def arm_setup(arm: str, seed: int, docs, tok, args) -> tuple:
     function, a builder of the initial weights, the quiet TrainConfig settings)."""
     r = recipe("bert" if arm == "transformers" else arm)
     model_config = r.model_config(args.preset, tok.get_vocab_size())
-    train = pretraining_loader(docs, tok, split="train", seed=seed, **r.loader_options())
+    train = pretraining_loader(docs, tok, split="train", seed=seed, options=r.loader_options())
     hf = arm == "transformers"
     if hf:
         train = hf_loader(train, tok, seed)
@@ -350,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     docs = bl.load_corpus("bbc")
     tok = bl.train_tokenizer(docs, vocab_size=8192)
     # One yardstick for every arm: BERT's masking (the defaults), fixed batches.
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    val = pretraining_loader(docs, tok, split="validation", seed=0,
+                             options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     if args.trace:
         print(json.dumps(trace_arm(args.trace[0], int(args.trace[1]), docs, tok, val, args)))
         return 0

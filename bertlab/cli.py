@@ -2,8 +2,9 @@
 
 Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
 `TrainConfig` field and per model-size setting, generated from the dataclasses (the argparse
-settings of each come from the field's annotation, through `_FLAG_KINDS`). Errors reach `main` as
-exceptions and leave as one `error:` line and an exit code.
+settings of each come from the field's annotation, through `_FLAG_KINDS`). The checks and their
+messages are the library's, which name a setting as both readers know it ("TrainConfig.lr
+(--lr)"); errors reach `main` as exceptions and leave as one `error:` line and an exit code.
 
 Taught in notebooks/05_pretraining.ipynb
 """
@@ -14,7 +15,6 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import re
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -24,13 +24,19 @@ from typing import Any
 import torch
 
 from bertlab.card import model_card, run_facts
-from bertlab.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint_state
+from bertlab.checkpoint import list_checkpoints
 from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.course.doctor import load_note, run_doctor
-from bertlab.data import pretraining_loader
-from bertlab.device import close_distributed, init_distributed, resolve_device, resolve_precision
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.device import (
+    close_distributed,
+    init_distributed,
+    rank_world,
+    resolve_device,
+    resolve_precision,
+)
 from bertlab.document import split_documents
 from bertlab.errors import run_reporting
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
@@ -42,13 +48,21 @@ from bertlab.objectives import INPUTS, SINGLE, check_objectives, pairs_of
 from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.records import BAD_ROW_CHOICES
-from bertlab.resume import check_resume, check_run_folder, hold_run_folder, interrupt_on_sigterm
-from bertlab.shards import prepare_command, shard_folder, shard_pair_length, shard_segments
+from bertlab.resume import check_run_folder, hold_run_folder, interrupt_on_sigterm
+from bertlab.shards import (
+    PrepareOptions,
+    prepare_command,
+    shard_folder,
+    shard_pair_length,
+    shard_segments,
+)
+from bertlab.streaming import StreamOptions
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
 from bertlab.train import TrainConfig, TrainResult
 from bertlab.util import (
     atomic_write_json,
     check_output_folder,
+    flag_of,
     folder_kind,
     in_use_error,
     lock_holder,
@@ -111,7 +125,7 @@ def _add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, names: Seque
     chosen = [f for f in dataclasses.fields(cls) if names is None or f.name in names]
     kinds = [_flag_kind(cls, f, hints) for f in chosen]
     for f, kind in zip(chosen, kinds, strict=True):
-        flags = ["--" + f.name.replace("_", "-")]
+        flags = [flag_of(f.name)]
         if aliases and f.name in aliases:
             flags.append(aliases[f.name])
         help_text = f.metadata.get("help", f.name.replace("_", " "))
@@ -168,7 +182,7 @@ _ENCODINGS = ("strict", "replace", "ignore")
 
 def _add_encoding_errors(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoding-errors", default="strict", choices=_ENCODINGS,
-                   help="bytes of the corpus that are not UTF-8: strict refuses the file, "
+                   help="bytes of the text read that are not UTF-8: strict refuses the file, "
                         "replace reads them as U+FFFD, ignore drops them (default: strict)")
 
 
@@ -295,6 +309,7 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                    "[CLS] title + first sentences [SEP] (default: 128)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--json", help="also write the results to this JSON file")
+    _add_encoding_errors(p)
     _add_row_fields(p, labels=True)
 
 
@@ -367,11 +382,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     # Before the tokenizer is trained (minutes on a large corpus), not after.
     check_output_folder(out, "--out")
     with writing_into(out, "shard folder"):  # prepare_command checks `out` again, locked
-        summary = prepare_command(args.corpus, out, args.tokenizer, max_seq_len=args.max_seq_len,
-                                  seed=args.seed, vocab_size=args.vocab_size,
-                                  shard_size=args.shard_size, pair_draws=args.pair_draws,
-                                  errors=args.encoding_errors, read=_read_options(args),
-                                  segments=args.segments)
+        options = PrepareOptions(
+            StreamOptions(max_seq_len=args.max_seq_len, segments=args.segments),
+            shard_size=args.shard_size, pair_draws=args.pair_draws,
+            errors=args.encoding_errors, read=_read_options(args))
+        summary = prepare_command(args.corpus, out, args.tokenizer, options, seed=args.seed,
+                                  vocab_size=args.vocab_size)
     for split, meta in summary["splits"].items():
         draws = (f" per draw of pairs (draw 0; {meta['pair_draws']} draws)"
                  if meta.get("pair_draws", 1) > 1 else "")
@@ -428,24 +444,29 @@ def _pair_draws(args: argparse.Namespace, shards: bool) -> int | None:
     return recipe(args.recipe).pair_draws
 
 
-def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: bool,
-                      docs: list | None, per_rank_batch: int, world: int, device_type: str,
-                      max_seq_len: int, mlm_probability: float,
-                      pairs: str) -> tuple[Any, Any]:
+def _pretraining_data(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
+                      docs: list | None, world: int, device_type: str) -> tuple[Any, Any]:
     """Return (train_loader, val_loader, or None when the corpus has no validation split).
 
     Both read the pairs the objectives train on, so the history's pair accuracy is measured on
     the task the head learns."""
+    corpus, shards, max_seq_len = Path(args.corpus), s.shards, s.max_seq_len
+    mlm_probability, pairs = s.mlm_probability, s.pairs
+    # Each process loads its share of the global batch. A batch that does not split is refused
+    # by check_pretraining_loaders, naming --batch-size; at least 1 here, so that a batch
+    # smaller than the processes reaches that check rather than the DataLoader's.
+    per_rank_batch = max(1, s.config.batch_size // (s.config.grad_accum * world))
     on_gpu = device_type == "cuda"
-    common = dict(batch_size=per_rank_batch, seed=args.data_seed, num_workers=args.num_workers,
-                  pad_to_multiple_of=8 if on_gpu else None, pin_memory=on_gpu,
-                  pairs=pairs)
+    common = LoaderOptions(batch_size=per_rank_batch, max_seq_len=max_seq_len,
+                           num_workers=args.num_workers, pad_to_multiple_of=8 if on_gpu else None,
+                           pin_memory=on_gpu, pairs=pairs)
     source = corpus if shards else docs
-    train = pretraining_loader(source, tok, split="train", max_seq_len=max_seq_len,
-                               mask_config=MaskingConfig(mlm_probability=mlm_probability),
-                               pair_draws=_pair_draws(args, shards),
-                               group_by_length=args.group_by_length,
-                               sampler="distributed" if world > 1 else None, **common)
+    train = pretraining_loader(source, tok, split="train", seed=args.data_seed,
+                               options=dataclasses.replace(
+                                   common, masking=MaskingConfig(mlm_probability=mlm_probability),
+                                   pair_draws=_pair_draws(args, shards),
+                                   group_by_length=args.group_by_length,
+                                   sampler="distributed" if world > 1 else None))
     # NSP needs at least 2 documents (negatives come from another one); single segments, one.
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
                       else len(split_documents(docs)["validation"]) >= (1 if pairs == SINGLE
@@ -453,15 +474,14 @@ def _pretraining_data(args: argparse.Namespace, tok: Any, corpus: Path, shards: 
     # Masked BERT's way (the defaults) whatever the training masking, shuffled in a fixed order
     # (evaluate pins epoch 0; an unshuffled BBC split starts with business), and paired with
     # seed 0 whatever --data-seed: every run is measured on the same pairs and masks.
-    common = {**common, "seed": 0}
-    val = (pretraining_loader(source, tok, split="validation", max_seq_len=max_seq_len,
-                              **common) if has_validation else None)
+    val = (pretraining_loader(source, tok, split="validation", seed=0, options=common)
+           if has_validation else None)
     extra = _extra_validation(args, tok, source, max_seq_len, common) if has_validation else {}
     return train, ({"": val, **extra} if extra else val)
 
 
 def _extra_validation(args: argparse.Namespace, tok: Any, source: Any, max_seq_len: int,
-                      common: dict[str, Any]) -> dict[str, Any]:
+                      common: LoaderOptions) -> dict[str, Any]:
     """Return the validation loaders --validate-also asks for, keyed by their pair length."""
     extra: dict[str, Any] = {}
     for item in args.validate_also or []:
@@ -486,8 +506,9 @@ def _extra_validation(args: argparse.Namespace, tok: Any, source: Any, max_seq_l
         if problem:
             raise ValueError(f"--validate-also {item}: {length}-token pairs are {problem}; pass "
                              f"each other length once (at least 8)")
-        extra[str(length)] = pretraining_loader(pairs_from, tok, split="validation",
-                                                max_seq_len=length, **common)
+        extra[str(length)] = pretraining_loader(  # seed 0, as the run's own validation pairs
+            pairs_from, tok, split="validation", seed=0,
+            options=dataclasses.replace(common, max_seq_len=length))
     return extra
 
 
@@ -520,10 +541,7 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
     if given.get("progress") is False and "log_interval" not in given:
         given["log_interval"] = 0  # --no-progress is silent; --log-interval N asks for lines
     chosen = recipe(args.recipe)
-    try:
-        config = chosen.train_config(**given)
-    except ValueError as e:  # name the flag the user typed, not the dataclass field
-        raise ValueError(_flag_names("TrainConfig", e)) from None
+    config = chosen.train_config(**given)
     shards = folder_kind(corpus) == "shards"
     max_seq_len = (shard_pair_length(corpus, args.max_seq_len) if shards else
                    chosen.max_seq_len if args.max_seq_len is None else args.max_seq_len)
@@ -584,11 +602,6 @@ def _check_shard_segments(corpus: Path, objectives: tuple[str, ...], segments: s
                          f"corpus itself as --corpus")
 
 
-def _flag_names(cls: str, error: ValueError) -> str:
-    """Return `error`'s text with each `cls.field` written as the flag --field."""
-    return re.sub(rf"{cls}\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(error))
-
-
 def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
     """Return the run's objectives: --objectives, else --nsp/--no-nsp, else the recipe's."""
     if args.objectives is not None and args.nsp is not None:
@@ -635,19 +648,11 @@ def _recipe_line(s: _PretrainSettings) -> str:
     return f"{what}; the {r.name} recipe with {', '.join(changed)} in place of its own"
 
 
-def _per_rank_batch(config: TrainConfig, world: int) -> int:
-    """Return the micro-batch of one process; raise ValueError if the batch does not split."""
-    per_rank, rest = divmod(config.batch_size, config.grad_accum * world)
-    if rest or per_rank == 0:
-        raise ValueError(f"--batch-size {config.batch_size} cannot be split over "
-                         f"--grad-accum {config.grad_accum} x {world} process(es); use a "
-                         f"multiple of {config.grad_accum * world}")
-    return per_rank
-
-
-def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSettings) -> None:
-    """Raise ValueError unless --out takes a new run, or resumes one of the same --recipe,
-    objectives, batch and data seed (checked before the run folder is touched)."""
+def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
+    """Raise ValueError unless --out takes a new run, or resumes one started with the same
+    --recipe and --segments (what run.json alone records), before anything is read. The
+    settings a checkpoint records (objectives, batch, data seed, masking...) are checked by
+    `pretrain` against it, before it writes."""
     check_run_folder(out, args.resume, flag="--out")
     holder = lock_holder(out)
     if holder is not None:  # another process is writing there: say so before anything else
@@ -669,22 +674,18 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path, s: _PretrainSett
         raise ValueError(f"--resume: the run in {out} was started with --segments {segments}, "
                          f"not --segments {args.segments}; pass --segments {segments} to "
                          f"continue it exactly (nothing was written)")
-    if args.resume:
-        newest = latest_checkpoint(out)
-        masking = MaskingConfig(mlm_probability=s.mlm_probability)
-        check_resume(read_checkpoint_state(newest, verified=True), newest, s.config,
-                     {"objective": ",".join(s.objectives), "data_seed": args.data_seed,
-                      "masking": dataclasses.asdict(masking),
-                      "group_by_length": args.group_by_length or 0})
 
 
-def _run_pretraining(args: argparse.Namespace, out: Path, s: _PretrainSettings, tok: Any,
-                     model: BertForPreTraining, train: Any, val: Any, rank: int, world: int,
+def _run_pretraining(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
+                     model: BertForPreTraining, loaders: tuple[Any, Any],
                      say: Callable[[str], None], device: torch.device,
-                     corpus_read: dict[str, int] | None = None) -> TrainResult:
+                     corpus_read: dict[str, int] | None) -> TrainResult:
     """Hold --out, write the run's files (a new run), say what trains; return pretrain's result.
 
-    `corpus_read`: what reading the corpus cut and skipped (`iter_corpus` counts), for run.json."""
+    `loaders`: (train, validation); `corpus_read`: what reading the corpus cut and skipped
+    (`iter_corpus` counts), for run.json."""
+    out, (train, val) = Path(args.out), loaders
+    rank, world = rank_world()
     with hold_run_folder(out, args.resume, rank, world, flag="--out"):
         if rank == 0 and not args.resume:  # a resumed run keeps its own files
             save_tokenizer(tok, out / "tokenizer.json")
@@ -761,8 +762,7 @@ def _pretrain_in_group(args: argparse.Namespace, out: Path, corpus: Path, s: _Pr
 
     device = resolve_device(s.config.device)
     resolve_precision(s.config.precision, device)  # fp16 on a CPU: refused before any reading
-    per_rank = _per_rank_batch(s.config, world)
-    _check_pretrain_folder(args, out, s)
+    _check_pretrain_folder(args, out)
     threads = args.threads if args.threads is not None else (
         cpu_threads(args.preset) if device.type == "cpu" else None)
     if threads is not None:
@@ -775,16 +775,17 @@ def _pretrain_in_group(args: argparse.Namespace, out: Path, corpus: Path, s: _Pr
     docs = None if s.shards else load_corpus(args.corpus, errors=args.encoding_errors,
                                              counts=corpus_read, **_read_options(args))
     tok = _pretraining_tokenizer(args, out, corpus, s.shards, docs)
-    train, val = _pretraining_data(args, tok, corpus, s.shards, docs, per_rank, world, device.type,
-                                   s.max_seq_len, s.mlm_probability, s.pairs)
-    check_pretraining_loaders(train, val, s.config, s.objectives)  # before the folder is made
+    train, val = _pretraining_data(args, s, tok, docs, world, device.type)
+    # Before the folder is made; this also refuses a batch that does not split over the
+    # processes, and a resume with other settings is refused by pretrain before it writes.
+    check_pretraining_loaders(train, val, s.config, s.objectives)
     if val is None:
         say(f"note: {args.corpus} has fewer than 2 validation documents; training without "
             f"evaluation")
     model_config = BertConfig.preset(args.preset, vocab_size=tok.get_vocab_size(), **s.model)
     model = BertForPreTraining(model_config, generator=torch.Generator().manual_seed(s.config.seed))
-    result = _run_pretraining(args, out, s, tok, model, train, val, rank, world, say, device,
-                              corpus_read=None if s.shards else corpus_read)
+    result = _run_pretraining(args, s, tok, model, (train, val), say, device,
+                              None if s.shards else corpus_read)
     say(history_table(result.history))
     say(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
         f"min (stopped by {result.stopped_by}; {load_note()}); checkpoint {result.checkpoint}")
@@ -855,17 +856,15 @@ def cmd_finetune(args: argparse.Namespace) -> int:
             raise ValueError(f"--json {json_path}: folder {json_path.parent} does not exist; "
                              f"pass a file path in an existing folder")
     resolve_device(args.device)  # a device this machine lacks is refused before any work
-    try:
-        config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                                max_seq_len=args.max_seq_len, device=args.device)
-    except ValueError as e:  # name the flag the user typed, not the dataclass field
-        raise ValueError(_flag_names("FinetuneConfig", e)) from None
+    config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                            max_seq_len=args.max_seq_len, device=args.device)
     model, tok = load_model(args.model_dir, require_tokenizer=True)
     corpus_read: dict[str, int] = {}  # filled as a task of your own is read
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
                                  seeds=range(args.seeds),
                                  methods=[_METHODS[m] for m in args.methods],
-                                 read={**_read_options(args), "counts": corpus_read})
+                                 read={**_read_options(args), "errors": args.encoding_errors,
+                                       "counts": corpus_read})
     print(f"{args.task}: test split, {len(results[0].predictions)} documents")
     print(format_table(results))
     if args.json is not None:
@@ -898,19 +897,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # Entry point: one error line and an exit code
 
 
-# The library's way round a file that is not UTF-8, and the end of its sentence.
-_ENCODING_KEYWORD = re.compile(r",? or pass errors='replace'( \(--encoding-errors replace\))?"
-                               r"[^;]*")
-
-
-def _encoding_hint(text: str, has_flag: bool) -> str:
-    """Return `text` with the library's errors='replace' as the command's flag, or, for a
-    command without --encoding-errors (finetune), without that advice."""
-    if has_flag:
-        return text.replace("pass errors='replace'", "pass --encoding-errors replace")
-    return _ENCODING_KEYWORD.sub(" (this command reads UTF-8 text only)", text)
-
-
 COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
             "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo,
             "doctor": lambda args: run_doctor(args.seconds)}
@@ -927,12 +913,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `finally` blocks remove what it had begun (staging folders, locks, new folders), and
         # the exit says so (143), instead of dying silently with its half-work left behind.
         with interrupt_on_sigterm():
-            try:
-                return COMMANDS[args.command](args)
-            except ValueError as e:  # the library's keyword, in the words of the command line
-                text = _encoding_hint(str(e), hasattr(args, "encoding_errors"))
-                if text == str(e):
-                    raise
-                raise ValueError(text) from None
+            return COMMANDS[args.command](args)
 
     return run_reporting(command)

@@ -18,11 +18,11 @@ Taught in notebooks/03_nsp_data.ipynb.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,9 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
+from bertlab.example import Example, segment_ids
 from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
-from bertlab.nsp import NspExample, pair_draw_seed, tokenize_corpus
+from bertlab.nsp import pair_draw_seed, tokenize_corpus
 from bertlab.objectives import SINGLE, pair_builder
 from bertlab.shards import (
     ShardExamples,
@@ -47,7 +48,7 @@ from bertlab.shards import (
 from bertlab.tokenizer import SpecialIds, special_ids
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
-MASKINGS = ("dynamic", "static")
+MASK_SCHEDULES = ("dynamic", "static")
 
 
 def _check_epoch(epoch: object) -> None:
@@ -64,7 +65,7 @@ class PairDraws:
     the same documents with other A/B splits and other NotNext partners. `NspDataset` trains
     epoch e on draw e % K."""
 
-    def __init__(self, draws: Sequence[Sequence[NspExample] | ShardExamples]) -> None:
+    def __init__(self, draws: Sequence[Sequence[Example] | ShardExamples]) -> None:
         self.draws = [d if isinstance(d, ShardExamples) else list(d) for d in draws]
         if not self.draws or not all(len(d) for d in self.draws):
             sizes = [len(d) for d in self.draws]
@@ -77,10 +78,10 @@ class PairDraws:
 # The most memory that draws of pairs built from Documents may take (they are all built before
 # the first step): beyond it they belong in shards on disk (`prepare --pair-draws K`).
 MAX_DRAWS_BYTES = 2 << 30
-_EXAMPLE_BYTES = 120  # an NspExample beside its token list: the object and its small fields
+_EXAMPLE_BYTES = 120  # an Example beside its token list: the object and its small fields
 
 
-def check_draws_fit(first: Sequence[NspExample], pair_draws: int) -> None:
+def check_draws_fit(first: Sequence[Example], pair_draws: int) -> None:
     """Raise ValueError when `pair_draws` draws of the size of `first` (draw 0) would take more
     than `MAX_DRAWS_BYTES` of memory, naming the estimate, the most that fit and the fix."""
     per_draw = sum(sys.getsizeof(e.input_ids) + _EXAMPLE_BYTES for e in first)
@@ -96,23 +97,24 @@ def check_draws_fit(first: Sequence[NspExample], pair_draws: int) -> None:
 
 
 class NspDataset(Dataset):
-    """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per NSP example.
+    """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per example.
 
-    `examples`: NSP examples in memory (`create_nsp_examples`) or on disk (`ShardExamples` of a
-    folder written by `prepare_shards`); both give the same items. `PairDraws` gives several
-    cuts of the corpus into pairs: epoch e reads draw e % K, so `len` is the current draw's.
+    `examples`: `Example`s in memory (`create_nsp_examples`, or the sop / single builders) or
+    on disk (`ShardExamples` of a folder written by `prepare_shards`); both give the same items.
+    `PairDraws` gives several cuts of the corpus into pairs: epoch e reads draw e % K, so `len`
+    is the current draw's.
     `word_ids` (one list per example, from `bertlab.zh.nsp_word_ids`; None at special tokens)
     adds "word_ids" (an int64 array, -1 at specials) to each item, for whole-word masking by
     those words.
 
-    `masking="dynamic"`: the row seed changes with the epoch (`set_epoch`); `"static"`: epoch e
-    uses mask copy e % `dupe_factor` (1 = one fixed mask per example forever).
+    `mask_schedule="dynamic"`: the row seed changes with the epoch (`set_epoch`); `"static"`:
+    epoch e uses mask copy e % `dupe_factor` (1 = one fixed mask per example forever).
     """
 
     def __init__(
-        self, examples: Sequence[NspExample] | ShardExamples | PairDraws, *,
+        self, examples: Sequence[Example] | ShardExamples | PairDraws, *,
         word_ids: Sequence[Sequence[int | None]] | None = None, seed: int = 0,
-        masking: str = "dynamic", dupe_factor: int = 1,
+        mask_schedule: str = "dynamic", dupe_factor: int = 1,
     ) -> None:
         # Shards stay on disk; anything else is held as a list.
         self.draws = (examples.draws if isinstance(examples, PairDraws) else
@@ -122,16 +124,17 @@ class NspDataset(Dataset):
         if word_ids is not None and len(self.draws) > 1:
             raise ValueError("NspDataset: word_ids belong to one set of examples; pass one draw "
                              "of pairs with them, not PairDraws")
-        if masking not in MASKINGS:
-            raise ValueError(f"masking={masking!r} is not known; use 'dynamic' or 'static'")
+        if mask_schedule not in MASK_SCHEDULES:
+            raise ValueError(f"mask_schedule={mask_schedule!r} is not known; use 'dynamic' or "
+                             f"'static'")
         if not isinstance(dupe_factor, int) or dupe_factor < 1:
             raise ValueError(f"dupe_factor={dupe_factor!r}; pass a whole number >= 1")
-        if masking == "dynamic" and dupe_factor != 1:
+        if mask_schedule == "dynamic" and dupe_factor != 1:
             raise ValueError(
-                f"dupe_factor={dupe_factor} only applies to masking='static' (the number of fixed "
-                f"masks cycled over epochs); dynamic masking draws a new mask every epoch"
+                f"dupe_factor={dupe_factor} only applies to mask_schedule='static' (the number "
+                f"of fixed masks cycled over epochs); dynamic masking draws a new mask every epoch"
             )
-        self.seed, self.masking, self.dupe_factor = seed, masking, dupe_factor
+        self.seed, self.mask_schedule, self.dupe_factor = seed, mask_schedule, dupe_factor
         self.epoch = 0
         self.word_ids = None if word_ids is None else self._word_id_arrays(word_ids)
 
@@ -172,7 +175,7 @@ class NspDataset(Dataset):
 
     def row_seed(self, index: int) -> int:
         """Return the masking seed of example `index` in the current epoch."""
-        copy = self.epoch if self.masking == "dynamic" else self.epoch % self.dupe_factor
+        copy = self.epoch if self.mask_schedule == "dynamic" else self.epoch % self.dupe_factor
         return int(example_seed(self.seed, copy, index))
 
     def __len__(self) -> int:
@@ -200,11 +203,9 @@ class NspDataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         ex = self.examples[index]
         input_ids = np.asarray(ex.input_ids, dtype=np.int64)
-        token_type_ids = np.ones(len(input_ids), dtype=np.int64)
-        token_type_ids[: ex.a_len + 2] = 0  # [CLS] A [SEP] -> 0, B [SEP] -> 1
         item = {
             "input_ids": input_ids,
-            "token_type_ids": token_type_ids,
+            "token_type_ids": segment_ids(len(input_ids), ex.a_len),
             "next_sentence_label": ex.next_sentence_label,
             "index": index,
             "row_seed": self.row_seed(index),
@@ -339,9 +340,8 @@ class PretrainingCollator:
         row_seeds = self._row_seeds(items)
         # Padding is never selected (attention_mask), so its labels are -100 too.
         masked, labels = mask_tokens(
-            torch.from_numpy(ids), self.special, attention_mask=attention_mask,
+            torch.from_numpy(ids), self.special, self.masking, attention_mask=attention_mask,
             row_seeds=row_seeds, word_ids=word_ids if self.whole_word else None,
-            **dataclasses.asdict(self.masking),
         )
         batch = {
             "input_ids": masked,
@@ -528,105 +528,119 @@ class EpochLoader(DataLoader):
         return super().__iter__()
 
 
+@dataclass(frozen=True)
+class LoaderOptions:
+    """Every setting of `pretraining_loader` but the data, the split and the seed, with its
+    default. `bertlab.recipes.Recipe.loader_options()` gives a recipe's; change a few with
+    `dataclasses.replace(options, batch_size=8)`.
+
+    The examples built from Documents: `max_seq_len`, `pairs` ("nsp", "sop" or "single",
+    `bertlab.objectives`), `short_seq_prob`, `balance` (as `create_nsp_examples`) and
+    `pair_draws` (K cuts of the corpus into pairs, epoch e trains on draw e % K; None: one, or
+    every draw a shard folder holds). The masks: `masking` (a `MaskingConfig`, BERT's by
+    default), `mask_schedule` ("dynamic": a new mask each epoch; "static": epoch e uses mask
+    copy e % `dupe_factor`; None: dynamic for the train split, static otherwise, so a
+    validation loss is always measured on the same masks), `whole_word` and `return_word_ids`
+    (`PretrainingCollator`). The batches: `batch_size`, `shuffle` (a (seed, epoch)
+    permutation), `sampler` (a Sampler, a function dataset -> Sampler, or "distributed" under
+    torchrun for a `ShardedEpochSampler`), `group_by_length` (G: batches of pairs of similar
+    length, sorting G batches at a time, `LengthGroupedBatchSampler`), `drop_last`,
+    `pad_to_multiple_of`, `num_workers`, `pin_memory` (on a GPU: the copy to the device
+    overlaps compute).
+    """
+
+    batch_size: int = 32
+    max_seq_len: int = 128
+    pairs: str = "nsp"
+    short_seq_prob: float = 0.1
+    balance: str = "exact"
+    pair_draws: int | None = None
+    masking: MaskingConfig = BERT_MASKING
+    mask_schedule: str | None = None
+    dupe_factor: int = 1
+    whole_word: bool = False
+    return_word_ids: bool = False
+    shuffle: bool = True
+    sampler: Sampler | Callable[[Dataset], Sampler] | str | None = None
+    group_by_length: int | None = None
+    drop_last: bool = False
+    pad_to_multiple_of: int | None = None
+    num_workers: int = 0
+    pin_memory: bool = False
+
+
 def pretraining_loader(
-    docs_or_examples: Sequence[Document] | Sequence[NspExample] | str | Path,
+    source: Sequence[Document] | Sequence[Example] | str | Path,
     tokenizer: Tokenizer | SpecialIds,
     *,
     split: str | None = "train",
-    batch_size: int = 32,
-    max_seq_len: int = 128,
     seed: int = 0,
-    shuffle: bool = True,
-    masking: str | None = None,
-    dupe_factor: int = 1,
-    pair_draws: int | None = None,
-    pad_to_multiple_of: int | None = None,
-    group_by_length: int | None = None,
-    num_workers: int = 0,
-    pin_memory: bool = False,
-    sampler: Sampler | Callable[[Dataset], Sampler] | str | None = None,
-    drop_last: bool = False,
-    short_seq_prob: float = 0.1,
-    balance: str = "exact",
-    pairs: str = "nsp",
-    mask_config: MaskingConfig = BERT_MASKING,
-    whole_word: bool = False,
-    return_word_ids: bool = False,
+    options: LoaderOptions | None = None,
     word_ids: Sequence[Sequence[int | None]] | None = None,
 ) -> EpochLoader:
     """Return an `EpochLoader` of pretraining batches (dicts of the five model inputs) for one split.
 
-    `docs_or_examples`: Documents (those whose `split` matches are turned into sentence pairs
-    with `seed`; `split=None` takes all), pair examples (used as given; pass `split=None`), or a
-    shard folder from `prepare_shards` (its `split` sub-folder, or the folder itself). `pairs`
-    says how examples are built from Documents (`bertlab.objectives`): "nsp" (B follows A, or
-    comes from another document), "sop" (A and B back to back, swapped half the time) or
-    "single" ([CLS] text [SEP] with no pair label, for masked LM alone: `bertlab.single`).
-    A shard folder holds NSP pairs, or single segments (`prepare --segments single`) that
-    `pairs="single"` reads; any other `pairs` for what it holds is refused.
-    `word_ids`: with NSP examples, one word-id list per example (`bertlab.zh.nsp_word_ids`), so
-    `whole_word=True` masks those words (the Chinese path) instead of "##" words.
+    `source`: Documents (those whose `split` matches are turned into examples with `seed`;
+    `split=None` takes all), `Example`s (used as given; pass `split=None`), or a shard folder
+    from `prepare_shards` (its `split` sub-folder, or the folder itself). `options`
+    (`LoaderOptions`, its defaults when None) holds every other setting: `options.pairs` says
+    how examples are built from Documents: "nsp" (B follows A, or comes from another
+    document), "sop" (A and B back to back, swapped half the time) or "single" ([CLS] text
+    [SEP] with no pair label, for masked LM alone: `bertlab.single`). A shard folder holds NSP
+    pairs, or single segments (`prepare --segments single`) that `pairs="single"` reads; any
+    other `pairs` for what it holds is refused. `word_ids`: with given examples, one word-id
+    list per example (`bertlab.zh.nsp_word_ids`), so `whole_word=True` masks those words (the
+    Chinese path) instead of "##" words.
 
     `pair_draws=K`: cut the documents into pairs K times (draw k with `pair_draw_seed(seed, k)`;
     draw 0 is the one `pair_draws=1` gives) and train epoch e on draw e % K. A shard folder
     holds its draws (`prepare --pair-draws K`): None reads them all, a smaller K the first K.
-
-    `masking`: "dynamic" (a new mask each epoch) or "static" (epoch e uses mask copy
-    e % `dupe_factor`); None picks dynamic for the train split and static otherwise, so a
-    validation loss is always measured on the same masks. `mask_config` (BERT's masking by
-    default), `whole_word` and `return_word_ids` go to `PretrainingCollator`.
-
-    Order: `shuffle` uses a (seed, epoch) permutation; `sampler` replaces it: a Sampler, a
-    function dataset -> Sampler, or "distributed" under torchrun for a `ShardedEpochSampler`
-    (this rank's share of the same order, so N processes see one process's global batches).
-    `group_by_length=G` batches pairs of similar length (`LengthGroupedBatchSampler`, sorting G
-    batches at a time): less padding, and no mask at all on most batches of full-length pairs.
     Each pass over the loader moves to the next epoch; `loader.set_epoch(e)` chooses it (do
-    that when resuming). `pin_memory=True` (on a GPU) lets the copy to the device overlap compute.
+    that when resuming).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
+    options = LoaderOptions() if options is None else options
+    if not isinstance(options, LoaderOptions):
+        raise ValueError(f"options={options!r}; pass a bertlab.data.LoaderOptions, e.g. "
+                         f"LoaderOptions(batch_size=16), or a recipe's loader_options()")
     if split is not None and split not in SPLITS:
         raise ValueError(f"split={split!r} is not known; use one of {SPLITS} or None")
-    if masking is None:
-        masking = "dynamic" if split in ("train", None) else "static"
-    examples = _examples(docs_or_examples, tokenizer, split, with_word_ids=word_ids is not None,
-                         max_seq_len=max_seq_len, seed=seed, short_seq_prob=short_seq_prob,
-                         balance=balance, pairs=pairs, pair_draws=pair_draws)
-    dataset = NspDataset(examples, word_ids=word_ids, seed=seed, masking=masking,
-                         dupe_factor=dupe_factor)
+    schedule = options.mask_schedule or ("dynamic" if split in ("train", None) else "static")
+    examples = _examples(source, tokenizer, split, options, seed, word_ids is not None)
+    dataset = NspDataset(examples, word_ids=word_ids, seed=seed, mask_schedule=schedule,
+                         dupe_factor=options.dupe_factor)
     if len(dataset) == 0:
         info = getattr(examples, "info", {})
         if info.get("documents") and info.get("one_sentence_docs") == info["documents"]:
             raise ValueError(
                 f"pretraining_loader: no examples to load: all {info['documents']} documents "
                 f"have one sentence, and a sentence pair needs a document of at least two; to "
-                f"train masked LM alone on such text, pass pairs='single' ([CLS] text [SEP]; "
-                f"the CLI's --objectives mlm --segments single)")
+                f"train masked LM alone on such text, pass LoaderOptions(pairs='single') "
+                f"([CLS] text [SEP]; the CLI's --objectives mlm --segments single)")
         raise ValueError("pretraining_loader: no examples to load; check the corpus and split")
 
-    collate = PretrainingCollator(tokenizer, mask_config, whole_word=whole_word,
-                                  pad_to_multiple_of=pad_to_multiple_of,
-                                  return_word_ids=return_word_ids)
+    collate = PretrainingCollator(tokenizer, options.masking, whole_word=options.whole_word,
+                                  pad_to_multiple_of=options.pad_to_multiple_of,
+                                  return_word_ids=options.return_word_ids)
     # Ready-made examples: how the caller built them is not known here (None).
-    first = None if isinstance(docs_or_examples, (str, Path)) else docs_or_examples[0]
-    built = pairs if first is None or isinstance(first, Document) else None
-    loading = dict(collate_fn=collate, num_workers=num_workers, pin_memory=pin_memory, seed=seed,
-                   pairs=built)
-    if group_by_length:
-        return EpochLoader(dataset, batch_sampler=_grouped_batches(
-            dataset, batch_size, seed, group_by_length, shuffle=shuffle, drop_last=drop_last,
-            sampler=sampler), **loading)
-    return EpochLoader(dataset, batch_size=batch_size, drop_last=drop_last, **loading,
-                       sampler=_sampler(dataset, sampler, shuffle=shuffle, seed=seed,
-                                        drop_last=drop_last))
+    first = None if isinstance(source, (str, Path)) else source[0]
+    built = options.pairs if first is None or isinstance(first, Document) else None
+    loading = dict(collate_fn=collate, num_workers=options.num_workers,
+                   pin_memory=options.pin_memory, seed=seed, pairs=built)
+    if options.group_by_length:
+        return EpochLoader(dataset, batch_sampler=_grouped_batches(dataset, options, seed),
+                           **loading)
+    return EpochLoader(dataset, batch_size=options.batch_size, drop_last=options.drop_last,
+                       sampler=_sampler(dataset, options, seed), **loading)
 
 
-def _sampler(dataset: NspDataset, sampler: Sampler | Callable[[Dataset], Sampler] | str | None,
-             *, shuffle: bool, seed: int, drop_last: bool) -> Sampler | None:
-    """Return `pretraining_loader`'s sampler from its `sampler` argument (see there)."""
+def _sampler(dataset: NspDataset, options: LoaderOptions, seed: int) -> Sampler | None:
+    """Return `pretraining_loader`'s sampler from `options.sampler` (see `LoaderOptions`)."""
+    sampler, shuffle = options.sampler, options.shuffle
     if sampler == "distributed":
-        return ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        return ShardedEpochSampler(dataset, shuffle=shuffle, seed=seed,
+                                   drop_last=options.drop_last)
     if isinstance(sampler, str):
         raise ValueError(f"sampler={sampler!r}; pass a Sampler, a function, 'distributed' or None")
     if callable(sampler) and not isinstance(sampler, Sampler):
@@ -636,22 +650,22 @@ def _sampler(dataset: NspDataset, sampler: Sampler | Callable[[Dataset], Sampler
     return sampler
 
 
-def _grouped_batches(dataset: NspDataset, batch_size: int, seed: int, group_by_length: int, *,
-                     shuffle: bool, drop_last: bool,
-                     sampler: object) -> LengthGroupedBatchSampler:
-    """Return `pretraining_loader`'s batch sampler for `group_by_length` (this process's share of
-    each global batch under torchrun, with `sampler="distributed"`)."""
-    if not shuffle or drop_last or sampler not in (None, "distributed"):
+def _grouped_batches(dataset: NspDataset, options: LoaderOptions,
+                     seed: int) -> LengthGroupedBatchSampler:
+    """Return `pretraining_loader`'s batch sampler for `options.group_by_length` (this
+    process's share of each global batch under torchrun, with `sampler="distributed"`)."""
+    if not options.shuffle or options.drop_last or options.sampler not in (None, "distributed"):
         raise ValueError("group_by_length orders the batches itself: it takes shuffle=True, "
                          "drop_last=False and no sampler other than 'distributed'")
     rank, world = 0, 1
-    if sampler == "distributed":
+    if options.sampler == "distributed":
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("sampler='distributed' needs the process group torchrun starts "
                              "(bertlab.device.init_distributed); leave it out on one process")
         rank, world = dist.get_rank(), dist.get_world_size()
-    return LengthGroupedBatchSampler(dataset, batch_size, seed=seed,
-                                     group_batches=group_by_length, world=world, rank=rank)
+    return LengthGroupedBatchSampler(dataset, options.batch_size, seed=seed,
+                                     group_batches=options.group_by_length, world=world,
+                                     rank=rank)
 
 
 def _shard_folder_of(source: str | Path, split: str | None, pairs: str) -> Path:
@@ -667,7 +681,8 @@ def _shard_folder_of(source: str | Path, split: str | None, pairs: str) -> Path:
     if held == SINGLE and pairs != SINGLE:
         raise ValueError(f"pretraining_loader: the shards in {folder} hold single segments "
                          f"(prepare --segments single), which have no {pairs} pairs; pass "
-                         f"pairs='single' to train masked LM alone on them, or prepare the "
+                         f"LoaderOptions(pairs='single') to train masked LM alone on them, or "
+                         f"prepare the "
                          f"corpus again without --segments single for NSP pairs")
     if held != SINGLE and pairs == SINGLE:
         raise ValueError(f"pretraining_loader: the shards in {folder} hold NSP pairs; single "
@@ -677,16 +692,16 @@ def _shard_folder_of(source: str | Path, split: str | None, pairs: str) -> Path:
 
 
 def _examples(
-    source: Sequence[Document] | Sequence[NspExample] | str | Path, tokenizer: Tokenizer | SpecialIds,
-    split: str | None, *, with_word_ids: bool, max_seq_len: int, seed: int, short_seq_prob: float,
-    balance: str, pairs: str, pair_draws: int | None,
-) -> Sequence[NspExample] | ShardExamples | PairDraws:
-    """Return the pair examples `pretraining_loader` reads: built from Documents, given, or on disk."""
-    build = pair_builder(pairs)
+    source: Sequence[Document] | Sequence[Example] | str | Path, tokenizer: Tokenizer | SpecialIds,
+    split: str | None, options: LoaderOptions, seed: int, with_word_ids: bool,
+) -> Sequence[Example] | ShardExamples | PairDraws:
+    """Return the examples `pretraining_loader` reads: built from Documents, given, or on disk."""
+    pair_builder(options.pairs)  # an unknown kind of pairs is refused whatever the source
+    pair_draws = options.pair_draws
     if pair_draws is not None:
         check_pair_draws(pair_draws)
     items = None if isinstance(source, (str, Path)) else list(source)
-    if items and hasattr(items[0], "next_sentence_label") and hasattr(items[0], "input_ids"):
+    if items and isinstance(items[0], Example):
         if pair_draws not in (None, 1):
             raise ValueError(f"pretraining_loader got ready-made pair examples and "
                              f"pair_draws={pair_draws}; those are one draw: pass the documents "
@@ -694,7 +709,7 @@ def _examples(
                              f"afresh, or leave pair_draws out")
         if split is not None:
             raise ValueError(
-                f"pretraining_loader got NSP examples and split={split!r}; examples are "
+                f"pretraining_loader got ready-made examples and split={split!r}; examples are "
                 f"already built from a chosen set of documents, so pass split=None"
             )
         return items
@@ -702,7 +717,7 @@ def _examples(
         raise ValueError("pretraining_loader: word_ids go with the NSP examples they were built "
                          "for (nsp_word_ids); pass those examples, not Documents or shards")
     if items is None:
-        folder = _shard_folder_of(source, split, pairs)
+        folder = _shard_folder_of(source, split, options.pairs)
         held = pair_draws_in(folder)
         if pair_draws is not None and pair_draws > held:
             raise ValueError(f"pretraining_loader: pair_draws={pair_draws}, but the shards in "
@@ -719,19 +734,26 @@ def _examples(
                 f"the corpus has no {split!r} documents ({len(items)} documents in all); "
                 f"pass split=None to use them all"
             )
-        if not isinstance(tokenizer, Tokenizer):
-            raise ValueError("pretraining_loader needs a tokenizers.Tokenizer to tokenize Documents")
-        options = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance)
-        if pair_draws in (None, 1):
-            return build(chosen, tokenizer, seed=seed, **options)
-        corpus = tokenize_corpus(chosen, tokenizer)  # once, for every draw
-        draws = [build(corpus, tokenizer, seed=pair_draw_seed(seed, 0), **options)]
-        check_draws_fit(draws[0], pair_draws)  # before the other draws are built, not after
-        draws += [build(corpus, tokenizer, seed=pair_draw_seed(seed, k), **options)
-                  for k in range(1, pair_draws)]
-        return PairDraws(draws)
+        return _built_examples(chosen, tokenizer, options, seed)
     kind = type(items[0]).__name__ if items else "nothing"
-    raise ValueError(f"pretraining_loader takes Documents, NspExamples or a shard folder (or "
-                     f"SopExamples); got {kind}")
+    raise ValueError(f"pretraining_loader takes Documents, Examples (bertlab.example) or a "
+                     f"shard folder; got {kind}")
 
 
+def _built_examples(docs: list[Document], tokenizer: Tokenizer | SpecialIds,
+                    options: LoaderOptions, seed: int) -> Sequence[Example] | PairDraws:
+    """Return the examples `options.pairs` builds from `docs`: one draw, or `PairDraws`."""
+    if not isinstance(tokenizer, Tokenizer):
+        raise ValueError("pretraining_loader needs a tokenizers.Tokenizer to tokenize Documents")
+    build = pair_builder(options.pairs)
+    settings = dict(max_seq_len=options.max_seq_len, short_seq_prob=options.short_seq_prob,
+                    balance=options.balance)
+    pair_draws = options.pair_draws
+    if pair_draws in (None, 1):
+        return build(docs, tokenizer, seed=seed, **settings)
+    corpus = tokenize_corpus(docs, tokenizer)  # once, for every draw
+    draws = [build(corpus, tokenizer, seed=pair_draw_seed(seed, 0), **settings)]
+    check_draws_fit(draws[0], pair_draws)  # before the other draws are built, not after
+    draws += [build(corpus, tokenizer, seed=pair_draw_seed(seed, k), **settings)
+              for k in range(1, pair_draws)]
+    return PairDraws(draws)

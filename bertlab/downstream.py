@@ -32,6 +32,7 @@ from bertlab.document import SPLITS, Document
 from bertlab.model import BertModel
 from bertlab.records import row_format
 from bertlab.tokenizer import special_ids
+from bertlab.util import check_number
 
 POOLINGS = ("pooled", "cls", "mean")  # which vector of the encoder a probe reads
 PROBE_C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse regularisation strengths tried on validation
@@ -417,29 +418,61 @@ def _fit_logistic(x_train, y_train, x_val, y_val, C: float | None, seed: int):
     return best[2], best[1]
 
 
+@dataclass
+class ProbeConfig:
+    """Every setting of the linear probe and the TF-IDF baseline, with its default.
+
+    `tfidf_baseline` reads `C`, `max_seq_len` (None: whole documents, as words), `seed` and
+    `eval_split`; `pooling` and `max_chunks` are the probe's alone. `compare_downstream` builds
+    one per seed from its `FinetuneConfig`, so every method reads and scores the same text.
+
+    Taught in notebooks/06_cls_and_downstream.ipynb
+    """
+
+    pooling: str = "pooled"  # the vector the probe reads (POOLINGS; see `cls_features`)
+    C: float | None = None  # inverse regularisation; None: chosen on validation (PROBE_C_GRID)
+    max_seq_len: int | None = 128  # tokens per window: [CLS] title + first sentences [SEP]
+    max_chunks: int = 1  # windows per document, their vectors averaged
+    seed: int = 0  # draws the k_per_class documents; the solver's random_state
+    eval_split: str = "test"  # the split scored ("validation" while choosing settings)
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"ProbeConfig.pooling={self.pooling!r}; choose one of "
+                             f"{', '.join(POOLINGS)}")
+        check_number("ProbeConfig", "C", self.C, "positive number", none_ok=True)
+
+
 def linear_probe(model: nn.Module, docs: Sequence[Document], labels: Sequence[str] | None = None,
-                 *, tokenizer: Tokenizer, pooling: str = "pooled", k_per_class: int | None = None,
-                 seed: int = 0, eval_split: str = "test", C: float | None = None,
-                 max_seq_len: int = 128, max_chunks: int = 1, features: np.ndarray | None = None,
+                 *, tokenizer: Tokenizer, config: ProbeConfig | None = None,
+                 k_per_class: int | None = None, features: np.ndarray | None = None,
                  method: str | None = None) -> ClassificationResult:
     """Return the held-out scores of logistic regression on the frozen encoder's [CLS] vectors.
 
     The encoder is not changed: this measures what pretraining alone put into [CLS]. Features
     are standardised (mean 0, variance 1 on the train split); the inverse regularisation C is
-    chosen on the validation split unless given. Pass `features` (from `cls_features`, aligned
-    with `docs`) to reuse them across seeds and label budgets.
+    chosen on the validation split unless `config.C` gives it. Training uses `k_per_class`
+    documents of each class when given (drawn with `config.seed`). Pass `features` (from
+    `cls_features`, aligned with `docs`) to reuse them across seeds and label budgets.
 
     The default reads the pooled output, because that is the vector the NSP head was trained
-    on and the one a fine-tuned classifier starts from; `pooling="cls"` reads the raw hidden
-    state of [CLS] instead (after MLM-only pretraining the pooler never received a gradient, so
-    comparing the two separates "the encoder learned it" from "the pooler learned it").
+    on and the one a fine-tuned classifier starts from; `ProbeConfig(pooling="cls")` reads the
+    raw hidden state of [CLS] instead (after MLM-only pretraining the pooler never received a
+    gradient, so comparing the two separates "the encoder learned it" from "the pooler learned
+    it").
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    task = labelled_splits(docs, labels, eval_split=eval_split, k_per_class=k_per_class, seed=seed)
+    config = config or ProbeConfig()
+    if config.max_seq_len is None:
+        raise ValueError("linear_probe: ProbeConfig.max_seq_len=None reads whole documents as "
+                         "words, which only tfidf_baseline does; pass the tokens per window "
+                         "(e.g. 128), and max_chunks > 1 to read more of each document")
+    task = labelled_splits(docs, labels, eval_split=config.eval_split, k_per_class=k_per_class,
+                           seed=config.seed)
     if features is None:
-        features = cls_features(model, docs, tokenizer, pooling=pooling, max_seq_len=max_seq_len,
-                                max_chunks=max_chunks)
+        features = cls_features(model, docs, tokenizer, pooling=config.pooling,
+                                max_seq_len=config.max_seq_len, max_chunks=config.max_chunks)
     elif len(features) != len(docs):
         raise ValueError(f"features has {len(features)} rows but docs has {len(docs)}; compute them "
                          f"with cls_features(model, docs, ...) on the same documents")
@@ -448,11 +481,11 @@ def linear_probe(model: nn.Module, docs: Sequence[Document], labels: Sequence[st
     std = features[train].std(0) + 1e-6
     x = (features - mean) / std
     start = time.perf_counter()
-    clf, chosen = _fit_logistic(x[train], y[train], x[val], y[val], C, seed)
+    clf, chosen = _fit_logistic(x[train], y[train], x[val], y[val], config.C, config.seed)
     pred = clf.predict(x[task.evaluation])
-    details = {"pooling": pooling, "C": chosen, "max_seq_len": max_seq_len,
-               "max_chunks": max_chunks, "fit_seconds": time.perf_counter() - start}
-    return task.result(method or f"linear probe ({pooling})", pred, details)
+    details = {"pooling": config.pooling, "C": chosen, "max_seq_len": config.max_seq_len,
+               "max_chunks": config.max_chunks, "fit_seconds": time.perf_counter() - start}
+    return task.result(method or f"linear probe ({config.pooling})", pred, details)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,29 +493,33 @@ def linear_probe(model: nn.Module, docs: Sequence[Document], labels: Sequence[st
 
 
 def tfidf_baseline(docs: Sequence[Document], labels: Sequence[str] | None = None, *,
-                   tokenizer: Tokenizer | None = None, k_per_class: int | None = None,
-                   seed: int = 0, eval_split: str = "test", C: float | None = None,
-                   max_seq_len: int | None = 128, method: str = "TF-IDF + logistic regression",
+                   tokenizer: Tokenizer | None = None, config: ProbeConfig | None = None,
+                   k_per_class: int | None = None, method: str = "TF-IDF + logistic regression",
                    ) -> ClassificationResult:
     """Return the held-out scores of TF-IDF (words and word pairs) + logistic regression.
 
-    With a `tokenizer` and `max_seq_len`, it reads exactly the WordPiece tokens the BERT models
-    read (the first window), so the comparison is about the model, not the input; with
-    `max_seq_len=None` it reads whole documents as words (a stronger, more common baseline).
-    C is chosen on the validation split unless given.
+    With a `tokenizer` and `config.max_seq_len`, it reads exactly the WordPiece tokens the BERT
+    models read (the first window), so the comparison is about the model, not the input; with
+    `ProbeConfig(max_seq_len=None)` it reads whole documents as words (a stronger, more common
+    baseline). C is chosen on the validation split unless `config.C` gives it; `k_per_class`
+    and `config.seed` draw the training documents as for `linear_probe`.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
     from sklearn.feature_extraction.text import TfidfVectorizer  # heavy to import; see above
 
-    task = labelled_splits(docs, labels, eval_split=eval_split, k_per_class=k_per_class, seed=seed)
+    config = config or ProbeConfig()
+    max_seq_len = config.max_seq_len
+    task = labelled_splits(docs, labels, eval_split=config.eval_split, k_per_class=k_per_class,
+                           seed=config.seed)
     if max_seq_len is None:
         texts = [document_text(d) for d in docs]
         vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), lowercase=True)
     else:
         if tokenizer is None:
             raise ValueError("tfidf_baseline: pass tokenizer= to read the model's WordPiece "
-                             "window, or max_seq_len=None to read whole documents as words")
+                             "window, or config=ProbeConfig(max_seq_len=None) to read whole "
+                             "documents as words")
         windows = document_chunks(docs, tokenizer, max_seq_len)
         texts = [" ".join(map(str, w[0])) for w in windows]  # token ids as "words"
         vectorizer = TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), lowercase=False,
@@ -491,7 +528,7 @@ def tfidf_baseline(docs: Sequence[Document], labels: Sequence[str] | None = None
     start = time.perf_counter()
     x_train = vectorizer.fit_transform([texts[i] for i in train])
     x_val = vectorizer.transform([texts[i] for i in val]) if val else None
-    clf, chosen = _fit_logistic(x_train, y[train], x_val, y[val], C, seed)
+    clf, chosen = _fit_logistic(x_train, y[train], x_val, y[val], config.C, config.seed)
     pred = clf.predict(vectorizer.transform([texts[i] for i in task.evaluation]))
     details = {"C": chosen, "max_seq_len": max_seq_len, "features": x_train.shape[1],
                "fit_seconds": time.perf_counter() - start}

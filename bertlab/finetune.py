@@ -32,6 +32,7 @@ from bertlab.data import EpochLoader, EpochShuffleSampler
 from bertlab.document import Document, split_documents
 from bertlab.downstream import (
     ClassificationResult,
+    ProbeConfig,
     average_over_windows,
     bert_encoder,
     cls_features,
@@ -49,6 +50,8 @@ from bertlab.train import Objective, TrainConfig, train_loop
 from bertlab.util import check_number
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
+# The settings the `finetune` command has a flag for (`--epochs`...), named in their errors.
+_FLAGGED = ("epochs", "lr", "batch_size", "max_seq_len", "device")
 
 
 @dataclass
@@ -73,8 +76,9 @@ class FinetuneConfig:
     max_chunks: int = 1  # windows per document (training uses each; evaluation averages logits)
     device: str = "auto"
     precision: str = "auto"
-    seed: int = 0  # head init, data order and dropout
+    seed: int = 0  # head init, data order and dropout (and which k_per_class documents)
     progress: bool = False
+    eval_split: str = "test"  # the split scored ("validation" while choosing settings)
 
     def __post_init__(self) -> None:
         # Finite numbers only: epochs=inf would ask for infinitely many steps.
@@ -82,13 +86,14 @@ class FinetuneConfig:
                  "positive integer": ("min_steps", "batch_size", "max_chunks")}
         for kind, names in kinds.items():
             for name in names:
-                check_number("FinetuneConfig", name, getattr(self, name), kind)
+                check_number("FinetuneConfig", name, getattr(self, name), kind,
+                             flag=name in _FLAGGED)
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"FinetuneConfig.warmup_fraction must be in [0, 1), got "
                              f"{self.warmup_fraction!r}")
         if self.max_seq_len < 3:
-            raise ValueError(f"FinetuneConfig.max_seq_len={self.max_seq_len} leaves no room for "
-                             f"text after [CLS] and [SEP]; use at least 3")
+            raise ValueError(f"FinetuneConfig.max_seq_len={self.max_seq_len} (--max-seq-len) "
+                             f"leaves no room for text after [CLS] and [SEP]; use at least 3")
 
     def steps_for(self, num_examples: int) -> int:
         """Return the optimizer steps of a run on `num_examples` training examples."""
@@ -125,21 +130,23 @@ class ClassificationDataset(torch.utils.data.Dataset):
         return pad_batch([s for s, _ in items], self.tokenizer, [y for _, y in items])
 
 
-def classification_counts(batch: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Return the denominator of the classification loss for one batch: its number of examples."""
-    return {"sequences": float(batch["labels"].numel())}
+class ClassificationObjective(Objective):
+    """Fine-tuning's objective for the training loop: cross-entropy on the label of [CLS]."""
 
+    name = "classification"
 
-def classification_loss(model: nn.Module, batch: dict[str, torch.Tensor],
-                        totals: dict[str, float]) -> torch.Tensor:
-    """Return this batch's share of the step's cross-entropy (summed, over the step's examples).
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Return the denominator of the loss for one batch: its number of examples."""
+        return {"sequences": float(batch["labels"].numel())}
 
-    The `train_loop` contract: the same gradient whether a global batch arrives whole, in
-    accumulation pieces or split over processes.
-    """
-    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
-                labels=batch["labels"])
-    return out.loss_sum / max(totals["sequences"], 1.0)
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor],
+             totals: dict[str, float]) -> torch.Tensor:
+        """Return this batch's share of the step's cross-entropy (summed, over the step's
+        examples): the same gradient whether a global batch arrives whole, in accumulation
+        pieces or split over processes."""
+        out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                    labels=batch["labels"])
+        return out.loss_sum / max(totals["sequences"], 1.0)
 
 
 def _as_classifier(source: nn.Module | BertConfig | str | Path, num_labels: int,
@@ -177,7 +184,6 @@ def finetune_classifier(
     tokenizer: Tokenizer,
     config: FinetuneConfig | TrainConfig | None = None,
     k_per_class: int | None = None,
-    eval_split: str = "test",
     out_dir: str | Path | None = None,
     method: str | None = None,
 ) -> ClassificationResult:
@@ -189,9 +195,9 @@ def finetune_classifier(
     initialisation (the "from scratch" baseline). Training uses the documents whose split is
     "train" (`k_per_class` of each class when given, drawn with `config.seed`) and the training
     loop of `bertlab.train` (AdamW, warmup + linear decay, mixed precision, checkpoints in
-    `out_dir` when given); scores are on `eval_split`, with the validation accuracy in `details`.
-    `config` is a `FinetuneConfig`, or a `TrainConfig` used as is (inputs then use the
-    `FinetuneConfig` defaults: 128 tokens, one window).
+    `out_dir` when given); scores are on `config.eval_split`, with the validation accuracy in
+    `details`. `config` is a `FinetuneConfig`, or a `TrainConfig` used as is (inputs and the
+    split scored then use the `FinetuneConfig` defaults: 128 tokens, one window, test).
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
@@ -202,7 +208,7 @@ def finetune_classifier(
         config, train_config = FinetuneConfig(seed=config.seed), config
     else:
         config, train_config = config or FinetuneConfig(), None
-    task = labelled_splits(docs, labels, eval_split=eval_split, k_per_class=k_per_class,
+    task = labelled_splits(docs, labels, eval_split=config.eval_split, k_per_class=k_per_class,
                            seed=config.seed)
 
     generator = torch.Generator().manual_seed(config.seed)
@@ -220,8 +226,7 @@ def finetune_classifier(
         dataset, batch_size=train_config.batch_size // train_config.grad_accum,
         sampler=EpochShuffleSampler(len(dataset), config.seed), collate_fn=dataset.collate,
         seed=config.seed)
-    run = train_loop(model, loader, train_config, Objective(classification_loss,
-                                                              classification_counts),
+    run = train_loop(model, loader, train_config, ClassificationObjective(),
                      out_dir=out_dir)
     model.eval()
 
@@ -245,7 +250,7 @@ def finetune_classifier(
 def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
                  labels: Sequence[str] | None = None, *, tokenizer: Tokenizer,
                  config: FinetuneConfig | TrainConfig | None = None,
-                 k_per_class: int | None = None, eval_split: str = "test",
+                 k_per_class: int | None = None,
                  method: str = "from scratch") -> ClassificationResult:
     """Return the held-out scores of the same architecture and recipe as `finetune_classifier`,
     started from random weights: the baseline that shows what pretraining is worth.
@@ -257,7 +262,7 @@ def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
     if isinstance(model_config, nn.Module):
         model_config = bert_encoder(model_config).config
     return finetune_classifier(model_config, docs, labels, tokenizer=tokenizer, config=config,
-                               k_per_class=k_per_class, eval_split=eval_split, method=method)
+                               k_per_class=k_per_class, method=method)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,13 +289,14 @@ def compare_downstream(
     config: FinetuneConfig | None = None,
     k_per_class: Sequence[int | None] = (None,),
     seeds: Sequence[int] = (0,),
-    eval_split: str = "test",
     methods: Sequence[str] = METHODS,
     read: Mapping[str, Any] | None = None,
 ) -> list[ClassificationResult]:
     """Return the results of fine-tuning, the [CLS] linear probe, TF-IDF and from-scratch
     training on a task (`load_task`: a name, a labelled folder or a file of rows read with
     `read`), for each labels-per-class budget and seed (`format_table` prints them side by side).
+    `config` holds the fine-tuning settings, and what every method reads and is scored on (its
+    max_seq_len, max_chunks and eval_split); each run takes its seed from `seeds`.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
@@ -301,7 +307,7 @@ def compare_downstream(
     check_tokenizer_fits(tokenizer, bert_encoder(pretrained).config.vocab_size,
                          "compare_downstream")
     docs, labels = load_task(task, read=read)
-    _check_task_splits(task, docs, eval_split)
+    _check_task_splits(task, docs, config.eval_split)
     features = None
     if "linear probe" in methods:
         features = cls_features(pretrained, docs, tokenizer, max_seq_len=config.max_seq_len,
@@ -310,23 +316,22 @@ def compare_downstream(
     for k in k_per_class:
         for seed in seeds:
             run_config = FinetuneConfig(**{**asdict(config), "seed": seed})
+            probe = ProbeConfig(max_seq_len=config.max_seq_len, max_chunks=config.max_chunks,
+                                seed=seed, eval_split=config.eval_split)
             for m in methods:
                 if m == "fine-tuned":
                     r = finetune_classifier(pretrained, docs, labels, tokenizer=tokenizer,
-                                            config=run_config, k_per_class=k,
-                                            eval_split=eval_split)
+                                            config=run_config, k_per_class=k)
                     r.model = None  # keep memory flat over many runs
                 elif m == "linear probe":
-                    r = linear_probe(pretrained, docs, labels, tokenizer=tokenizer,
-                                     k_per_class=k, seed=seed, eval_split=eval_split,
-                                     max_seq_len=config.max_seq_len, features=features)
+                    r = linear_probe(pretrained, docs, labels, tokenizer=tokenizer, config=probe,
+                                     k_per_class=k, features=features)
                 elif m == "TF-IDF":
-                    r = tfidf_baseline(docs, labels, tokenizer=tokenizer, k_per_class=k,
-                                       seed=seed, eval_split=eval_split,
-                                       max_seq_len=config.max_seq_len)
+                    r = tfidf_baseline(docs, labels, tokenizer=tokenizer, config=probe,
+                                       k_per_class=k)
                 else:
                     r = from_scratch(pretrained, docs, labels, tokenizer=tokenizer,
-                                     config=run_config, k_per_class=k, eval_split=eval_split)
+                                     config=run_config, k_per_class=k)
                     r.model = None
                 results.append(r)
     return results

@@ -19,7 +19,7 @@ import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -57,8 +57,8 @@ def _check_probability(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class MaskingConfig:
-    """Every masked-LM masking setting, with BERT's values: one object for the collator, the
-    loaders and the recipes (`mask_tokens` and its three steps take the same names one by one).
+    """Every masked-LM masking setting, with BERT's values: one object for `mask_tokens` and its
+    steps, the collator, the loaders and the recipes.
 
     `mlm_probability` of the maskable tokens become targets (`selection`: "bernoulli" per token,
     or "exact" counts; at most `max_predictions` per sequence); a target becomes [MASK] with
@@ -96,13 +96,15 @@ class MaskingConfig:
 BERT_MASKING = MaskingConfig()  # 15% of the tokens, then 80/10/10
 
 
-def check_mask_options(**options: Any) -> tuple[float, float, float]:
-    """Return the three probabilities as floats, or raise ValueError naming a bad masking option.
-
-    `options` are `MaskingConfig`'s (any subset; the rest take BERT's values).
-    """
-    config = MaskingConfig(**options)
-    return config.mlm_probability, config.mask_replace_prob, config.random_replace_prob
+def _check_masking(masking: object) -> MaskingConfig:
+    """Return `masking` (None: BERT's), or raise ValueError naming the fix if it is not a
+    `MaskingConfig` (whose settings were checked when it was built)."""
+    if masking is None:
+        return BERT_MASKING
+    if not isinstance(masking, MaskingConfig):
+        raise ValueError(f"masking={masking!r}; pass a bertlab.masking.MaskingConfig, e.g. "
+                         f"MaskingConfig(mlm_probability=0.4)")
+    return masking
 
 
 def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]:
@@ -124,15 +126,27 @@ def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]
                      f"or (B, T) for a batch (reshape to (-1, T) first)")
 
 
+class _Batch(NamedTuple):
+    """The checked arguments every step takes: the ids as (B, T), whether they came as one (T,)
+    sequence, the shape they came in (for messages), the vocabulary and the randomness."""
+
+    ids: torch.Tensor
+    squeeze: bool
+    shape: tuple[int, ...]
+    specials: SpecialIds
+    draws: Draws
+
+
 def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Generator | None,
-             row_seeds: Any, selected: Any = None) -> tuple[torch.Tensor, bool, SpecialIds, Draws]:
+             row_seeds: Any, selected: Any = None) -> _Batch:
     # The arguments every step takes: the ids (and a selection), the vocabulary, the randomness.
     ids, squeeze = _as_batch(input_ids, selected)  # (B, T); squeeze: input_ids was one (T,)
     specials = special_ids(tokenizer_or_special_ids)
     if generator is not None and row_seeds is not None:
         raise ValueError("pass either generator= or row_seeds=, not both")
     if row_seeds is None:
-        return ids, squeeze, specials, Draws(generator, None, ids.device)
+        return _Batch(ids, squeeze, tuple(input_ids.shape), specials,
+                      Draws(generator, None, ids.device))
     if isinstance(row_seeds, (int, list, tuple)) and not isinstance(row_seeds, bool):
         row_seeds = torch.atleast_1d(torch.tensor(row_seeds, dtype=torch.int64))  # an int: (1,)
     if not isinstance(row_seeds, torch.Tensor) or row_seeds.dtype not in (torch.int64, torch.int32):
@@ -143,7 +157,8 @@ def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Gen
     if tuple(row_seeds.shape) != (len(ids),):
         raise ValueError(f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has "
                          f"{len(ids)} row(s); pass one seed per row, shape ({len(ids)},)")
-    return ids, squeeze, specials, Draws(None, row_seeds.to(ids.device, torch.int64), ids.device)
+    return _Batch(ids, squeeze, tuple(input_ids.shape), specials,
+                  Draws(None, row_seeds.to(ids.device, torch.int64), ids.device))
 
 
 def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
@@ -233,23 +248,24 @@ def _ensure_one(selected: torch.Tensor, eligible: torch.Tensor, keys: torch.Tens
     return selected | forced
 
 
-def _select_words(words: torch.Tensor, maskable: torch.Tensor, mlm_probability: float,
-                  selection: str, max_predictions: int | None, draws: Draws) -> torch.Tensor:
+def _select_words(words: torch.Tensor, maskable: torch.Tensor, masking: MaskingConfig,
+                  draws: Draws) -> torch.Tensor:
     """Selected words (B, W) given each token's word (B, T, all >= 0), never splitting one."""
+    max_predictions = masking.max_predictions
     batch, n_words = len(words), (int(words.max()) + 1 if words.numel() else 1)
     word_length = torch.zeros((batch, n_words), dtype=torch.int64, device=words.device)
     word_length.scatter_add_(1, words, maskable.long())  # maskable tokens per word, (B, W)
     word_keys = draws.grid(_WORD_SELECT, batch, n_words)  # (B, W)
     n_maskable = maskable.sum(dim=1)  # (B,)
     candidate = word_length > 0  # (B, W)
-    if selection == "bernoulli":
-        chosen = draws.below(word_keys, mlm_probability) & candidate
+    if masking.selection == "bernoulli":
+        chosen = draws.below(word_keys, masking.mlm_probability) & candidate
         if max_predictions is None:
             return _ensure_one(chosen, candidate, word_keys, draws.last)
         budget = torch.full_like(n_maskable, max_predictions)
     else:
         chosen = candidate
-        budget = _exact_budget(n_maskable, mlm_probability, max_predictions)
+        budget = _exact_budget(n_maskable, masking.mlm_probability, max_predictions)
     # Google's greedy fill: visit the chosen words in random order, take a word when its tokens
     # still fit in the token budget, skip it otherwise. The loop runs over word ranks, not rows.
     order = word_keys.masked_fill(~chosen, draws.last).argsort(dim=1)  # (B, W)
@@ -269,15 +285,15 @@ def _select_words(words: torch.Tensor, maskable: torch.Tensor, mlm_probability: 
 
 
 def select_targets(
-    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mlm_probability: float = BERT_MASKING.mlm_probability,
-    selection: str = BERT_MASKING.selection,
-    max_predictions: int | None = BERT_MASKING.max_predictions,
+    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds,
+    masking: MaskingConfig = BERT_MASKING, *,
     word_ids: torch.Tensor | Sequence[Any] | None = None,
     attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None,
 ) -> torch.Tensor:
     """Return a bool tensor shaped like `input_ids`, True at the prediction targets (step 1).
+
+    `masking` (a `MaskingConfig`) gives `mlm_probability`, `selection` and `max_predictions`.
 
     Targets come from the maskable positions: every position except the special tokens ([PAD],
     [UNK], [CLS], [SEP], [MASK]) and, when `attention_mask` is given, its zeros.
@@ -305,21 +321,16 @@ def select_targets(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
-                                             row_seeds)
-    mlm_probability = check_mask_options(mlm_probability=mlm_probability, selection=selection,
-                                         max_predictions=max_predictions)[0]
-    return _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
-                   mlm_probability=mlm_probability, selection=selection,
-                   max_predictions=max_predictions, word_ids=word_ids,
-                   attention_mask=attention_mask)
+    masking = _check_masking(masking)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds)
+    return _select(batch, masking, word_ids, attention_mask)
 
 
-def _select(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws,
-            shape: tuple[int, ...], *, mlm_probability: float, selection: str,
-            max_predictions: int | None, word_ids: Any, attention_mask: torch.Tensor | None,
-            ) -> torch.Tensor:
-    # Step 1 on checked arguments (`_prepare`); `shape` is the caller's, for the messages.
+def _select(prepared: _Batch, masking: MaskingConfig, word_ids: Any,
+            attention_mask: torch.Tensor | None) -> torch.Tensor:
+    # Step 1 on checked arguments (`_prepare`).
+    ids, squeeze, _, specials, draws = prepared
+    mlm_probability, max_predictions = masking.mlm_probability, masking.max_predictions
     (batch, length), device = ids.shape, ids.device
     if ids.numel():
         low, high = torch.aminmax(ids)
@@ -332,11 +343,12 @@ def _select(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws
         attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
         if tuple(attention.shape) != (batch, length):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)} but "
-                             f"input_ids has shape {shape}; pass the mask of the same batch")
+                             f"input_ids has shape {prepared.shape}; pass the mask of the same "
+                             f"batch")
         maskable.logical_and_(attention)
     if mlm_probability == 0.0:
         selected = torch.zeros_like(maskable)
-    elif word_ids is None and selection == "exact":  # the budget's worth of smallest keys
+    elif word_ids is None and masking.selection == "exact":  # the budget's worth of smallest keys
         keys = draws.grid(_SELECT, batch, length)  # (B, T)
         budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
         selected = _ranks(keys, maskable, draws.last) < budget[:, None]
@@ -350,55 +362,48 @@ def _select(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws
         words = _as_word_ids(word_ids, (batch, length), squeeze, device)  # (B, T), -1 = none
         maskable &= words >= 0
         words = words.clamp(min=0)  # the -1s are not maskable: any word index will do
-        chosen = _select_words(words, maskable, mlm_probability, selection, max_predictions, draws)
+        chosen = _select_words(words, maskable, masking, draws)
         selected = chosen.gather(1, words) & maskable  # (B, W) -> (B, T)
     return selected[0] if squeeze else selected  # (1, T) -> (T,) for one sequence
 
 
 def perturb_targets(
     input_ids: torch.Tensor, selected: torch.Tensor,
-    tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
-    random_replace_prob: float = BERT_MASKING.random_replace_prob,
+    tokenizer_or_special_ids: Tokenizer | SpecialIds, masking: MaskingConfig = BERT_MASKING, *,
     word_ids: torch.Tensor | Sequence[Any] | None = None,
-    per_word_decision: bool = BERT_MASKING.per_word_decision,
     generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Return `masked_input_ids`: `input_ids` with each target of `selected` perturbed (step 2).
 
-    `selected` is what `select_targets` returns. A target becomes [MASK] with `mask_replace_prob`,
-    a token drawn uniformly from the non-special vocabulary with `random_replace_prob` (Google and
-    transformers may draw special ones), or stays unchanged; other positions are left alone. With
-    `word_ids` (as in `select_targets`) and `per_word_decision=True` all pieces of a word get the
-    same decision; `False` decides per piece, as Google does. `generator` and `row_seeds` as in
-    `mask_tokens`; `return_decisions=True` returns `(masked_input_ids, decisions)`, as it does.
+    `selected` is what `select_targets` returns; `masking` (a `MaskingConfig`) gives the shares.
+    A target becomes [MASK] with `mask_replace_prob`, a token drawn uniformly from the
+    non-special vocabulary with `random_replace_prob` (Google and transformers may draw special
+    ones), or stays unchanged; other positions are left alone. With `word_ids` (as in
+    `select_targets`) and `per_word_decision=True` all pieces of a word get the same decision;
+    `False` decides per piece, as Google does. `generator` and `row_seeds` as in `mask_tokens`;
+    `return_decisions=True` returns `(masked_input_ids, decisions)`, as it does.
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
-                                             row_seeds, selected)
-    _, mask_replace_prob, random_replace_prob = check_mask_options(
-        mask_replace_prob=mask_replace_prob, random_replace_prob=random_replace_prob,
-        per_word_decision=per_word_decision)
-    return _perturb(ids, squeeze, specials, draws, selected, mask_replace_prob=mask_replace_prob,
-                    random_replace_prob=random_replace_prob, word_ids=word_ids,
-                    per_word_decision=per_word_decision, return_decisions=return_decisions)
+    masking = _check_masking(masking)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds, selected)
+    return _perturb(batch, selected, masking, word_ids, return_decisions)
 
 
-def _perturb(ids: torch.Tensor, squeeze: bool, specials: SpecialIds, draws: Draws,
-             selected: torch.Tensor, *, mask_replace_prob: float, random_replace_prob: float,
-             word_ids: Any, per_word_decision: bool, return_decisions: bool,
-             ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+def _perturb(prepared: _Batch, selected: torch.Tensor, masking: MaskingConfig, word_ids: Any,
+             return_decisions: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     # Step 2 on checked arguments (`_prepare`).
-    ids = ids.contiguous()  # flat positions below index the row-major layout
+    squeeze, specials, draws = prepared.squeeze, prepared.specials, prepared.draws
+    mask_replace_prob, random_replace_prob = masking.mask_replace_prob, masking.random_replace_prob
+    ids = prepared.ids.contiguous()  # flat positions below index the row-major layout
     batch, length = ids.shape
     n_allowed = specials.vocab_size - len(set(specials.all))  # ids a random replacement may be
     # Only the k targets (about 15% of the batch) are touched, as flat (k,) tensors.
     flat = selected.reshape(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
     original = ids.take(flat)
     decide, pick = draws.at(_DECIDE, flat, length, n_allowed if random_replace_prob > 0.0 else None)
-    if word_ids is not None and per_word_decision:  # one decision per word, shared by its pieces
+    if word_ids is not None and masking.per_word_decision:  # a word's pieces share one decision
         words = _as_word_ids(word_ids, (batch, length), squeeze, ids.device)  # (B, T), -1 = none
         n_words = max(int(words.max()) + 1, 1) if words.numel() else 1
         word_flat = (flat // length) * n_words + words.take(flat).clamp(min=0)  # (k,) in (B, W)
@@ -430,14 +435,9 @@ def label_targets(input_ids: torch.Tensor, selected: torch.Tensor) -> torch.Tens
 
 
 def mask_tokens(
-    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds, *,
-    mlm_probability: float = BERT_MASKING.mlm_probability,
-    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
-    random_replace_prob: float = BERT_MASKING.random_replace_prob,
-    selection: str = BERT_MASKING.selection,
-    max_predictions: int | None = BERT_MASKING.max_predictions,
+    input_ids: torch.Tensor, tokenizer_or_special_ids: Tokenizer | SpecialIds,
+    masking: MaskingConfig | None = None, *, mlm_probability: float | None = None,
     word_ids: torch.Tensor | Sequence[Any] | None = None,
-    per_word_decision: bool = BERT_MASKING.per_word_decision,
     attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None,
     row_seeds: torch.Tensor | Sequence[int] | int | None = None, return_decisions: bool = False,
 ) -> tuple[torch.Tensor, ...]:
@@ -445,6 +445,10 @@ def mask_tokens(
 
     `input_ids` is a LongTensor of shape (T,) or (B, T); it is never modified. The three steps
     are `select_targets`, `perturb_targets` and `label_targets`: their docstrings hold the details.
+
+    `masking` (a `MaskingConfig`) holds every setting; None is BERT's (15%, then 80/10/10).
+    `mlm_probability=p` is short for `masking=MaskingConfig(mlm_probability=p)` (pass one or
+    the other).
 
     Randomness: `generator` (a torch.Generator; reproducible for a given batch) or `row_seeds`
     (one int64 seed per row): row i's draws are a counter-based hash (splitmix64; see
@@ -460,33 +464,25 @@ def mask_tokens(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
+    # Checked before step 1 draws anything: a bad setting leaves the generator untouched.
+    if mlm_probability is not None:
+        if masking is not None:
+            raise ValueError("pass either masking= or its mlm_probability= shorthand, not both "
+                             "(MaskingConfig(mlm_probability=...) holds the rate)")
+        masking = MaskingConfig(mlm_probability=mlm_probability)
+    masking = _check_masking(masking)
     # One set of draws for both steps: what select_targets then perturb_targets would draw.
-    ids, squeeze, specials, draws = _prepare(input_ids, tokenizer_or_special_ids, generator,
-                                             row_seeds)
-    # Check every option before step 1 draws anything: a bad one leaves the generator untouched.
-    mlm_probability, mask_replace_prob, random_replace_prob = check_mask_options(
-        mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
-        random_replace_prob=random_replace_prob, selection=selection,
-        max_predictions=max_predictions, per_word_decision=per_word_decision)
-    selected = _select(ids, squeeze, specials, draws, tuple(input_ids.shape),
-                       mlm_probability=mlm_probability, selection=selection,
-                       max_predictions=max_predictions, word_ids=word_ids,
-                       attention_mask=attention_mask)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds)
+    selected = _select(batch, masking, word_ids, attention_mask)
     # Nothing is selected at rate 0, and step 1 then never reads (nor checks) the word ids.
-    perturbed = _perturb(ids, squeeze, specials, draws, selected,
-                         mask_replace_prob=mask_replace_prob,
-                         random_replace_prob=random_replace_prob,
-                         word_ids=word_ids if mlm_probability else None,
-                         per_word_decision=per_word_decision, return_decisions=return_decisions)
+    perturbed = _perturb(batch, selected, masking,
+                         word_ids if masking.mlm_probability else None, return_decisions)
     masked, *decisions = perturbed if return_decisions else (perturbed,)
     return (masked, label_targets(input_ids, selected), *decisions)
 
 
 def mask_tokens_reference(
-    tokens: Sequence[Any], vocab: Sequence[Any], *,
-    mlm_probability: float = BERT_MASKING.mlm_probability,
-    mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
-    random_replace_prob: float = BERT_MASKING.random_replace_prob,
+    tokens: Sequence[Any], vocab: Sequence[Any], masking: MaskingConfig = BERT_MASKING, *,
     mask_token: Any = MASK, special_tokens: Sequence[Any] = SPECIAL_TOKENS, rng: random.Random,
     return_decisions: bool = False,
 ) -> tuple[list[Any], ...]:
@@ -494,14 +490,22 @@ def mask_tokens_reference(
 
     Works on token strings (e.g. ["我", "爱", "华", ...]) or ids: `vocab` lists what a random
     replacement may be, `mask_token` and `special_tokens` must be of the same kind as `tokens`.
+    `masking` gives the three shares (`mlm_probability`, `mask_replace_prob`,
+    `random_replace_prob`); the loop selects token by token, so it takes no other setting.
     Labels hold the original token at each target and -100 elsewhere. Unlike `mask_tokens` it
     may return no target at all (the loop has no guarantee), and it is slow: it is the readable
     definition the vectorized version is tested against.
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    check_mask_options(mlm_probability=mlm_probability, mask_replace_prob=mask_replace_prob,
-                       random_replace_prob=random_replace_prob)
+    masking = _check_masking(masking)
+    if masking.selection != "bernoulli" or masking.max_predictions is not None:
+        raise ValueError(f"mask_tokens_reference is the per-token loop: it takes "
+                         f"selection='bernoulli' and no max_predictions (got "
+                         f"selection={masking.selection!r}, "
+                         f"max_predictions={masking.max_predictions!r}); use mask_tokens for those")
+    mlm_probability = masking.mlm_probability
+    mask_replace_prob, random_replace_prob = masking.mask_replace_prob, masking.random_replace_prob
     skip = set(special_tokens)
     masked, labels, decisions = [], [], []
     for token in tokens:

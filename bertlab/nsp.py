@@ -16,13 +16,14 @@ Taught in notebooks/03_nsp_data.ipynb.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
 from bertlab.document import Document
 from bertlab.draws import example_seed
+from bertlab.example import Example, Examples
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
 
 IS_NEXT = 0  # B really follows A (Google and Hugging Face convention: label 0)
@@ -32,71 +33,12 @@ BALANCES = ("exact", "google")
 MIN_SEQ_LEN = 8
 
 
-@dataclass(slots=True)
-class NspExample:
-    """One NSP pair: `input_ids` = [CLS] A [SEP] B [SEP], no padding.
-
-    `a_sentences` / `b_sentences` are (first, end) sentence indices, end exclusive, into the
-    tokenized document `doc_index` / `b_doc_index` (see `TokenizedCorpus`); `a_cut` / `b_cut`
-    are the (front, back) token counts that truncation removed from each side.
-    """
-
-    input_ids: list[int]
-    a_len: int
-    b_len: int
-    is_random_next: bool
-    doc_id: str
-    doc_index: int
-    a_sentences: tuple[int, int]
-    b_doc_index: int
-    b_sentences: tuple[int, int]
-    a_cut: tuple[int, int] = (0, 0)
-    b_cut: tuple[int, int] = (0, 0)
-    draw: int = 0  # the pass over the corpus that built it (0 .. dupe_factor - 1)
-
-    @property
-    def next_sentence_label(self) -> int:
-        """Return `NOT_NEXT` if B was drawn from another document, else `IS_NEXT`."""
-        return NOT_NEXT if self.is_random_next else IS_NEXT
-
-    @property
-    def token_type_ids(self) -> list[int]:
-        """Return the segment ids: 0 for [CLS], A and the first [SEP]; 1 for B and the last [SEP]."""
-        return [0] * (self.a_len + 2) + [1] * (self.b_len + 1)
-
-    @property
-    def tokens_dropped(self) -> int:
-        """Return how many tokens truncation removed from A and B together."""
-        return sum(self.a_cut) + sum(self.b_cut)
-
-    @property
-    def truncated(self) -> bool:
-        """Return True if truncation removed any token."""
-        return self.tokens_dropped > 0
-
-    @property
-    def seam_broken(self) -> bool:
-        """Return True for an IsNext pair whose truncation cut the end of A or the start of B.
-
-        Then B no longer starts right where A stops (google-research/bert#627).
-        """
-        return not self.is_random_next and (self.a_cut[1] > 0 or self.b_cut[0] > 0)
-
-
-class NspExamples(list):
-    """A list of `NspExample`s plus `info`: how the corpus was used (skipped documents, long sentences)."""
-
-    def __init__(self, examples: Iterable[NspExample] = (), info: dict | None = None) -> None:
-        super().__init__(examples)
-        self.info: dict = dict(info or {})
-
-
 @dataclass
 class TokenizedCorpus:
     """Token ids per sentence per document, tokenized once: `sentences[d][s]` is a list of ids.
 
     Sentences that encode to no token at all are dropped (counted in `empty_sentences`), so
-    sentence indices in `NspExample` refer to this object, not to `Document.sentences`.
+    sentence indices in an `Example` refer to this object, not to `Document.sentences`.
     """
 
     doc_ids: list[str]
@@ -143,20 +85,21 @@ def tokenize_corpus(
 
 
 def as_tokenized(docs: Sequence[Document] | TokenizedCorpus, tokenizer: Tokenizer | SpecialIds,
-                 include_title: bool, caller: str) -> TokenizedCorpus:
-    """Return `docs` as a `TokenizedCorpus` (tokenized here unless it already is one); the
-    example builders' first step. `caller` names the builder in the error for a bare SpecialIds."""
+                 caller: str) -> TokenizedCorpus:
+    """Return `docs` as a `TokenizedCorpus` (tokenized here, titles left out, unless it already
+    is one); the example builders' first step. `caller` names the builder in the error for a
+    bare SpecialIds."""
     if isinstance(docs, TokenizedCorpus):
         return docs
     if not isinstance(tokenizer, Tokenizer):
         raise TypeError(f"{caller} needs a tokenizers.Tokenizer to tokenize Documents")
-    return tokenize_corpus(list(docs), tokenizer, include_title=include_title)
+    return tokenize_corpus(list(docs), tokenizer)
 
 
 def pair_draw_seed(seed: int, draw: int) -> int:
     """Return the seed that cuts a corpus into its `draw`-th set of pairs (draw 0: `seed` itself).
 
-    A run that reads several draws (`pretraining_loader(pair_draws=K)`, `prepare --pair-draws
+    A run that reads several draws (`LoaderOptions(pair_draws=K)`, `prepare --pair-draws
     K`) trains epoch e on draw e % K: the same documents, other A/B splits and other NotNext
     partners, so a model that repeats a small corpus many times cannot memorise each pair's label.
     """
@@ -185,6 +128,32 @@ def check_nsp_settings(max_seq_len: int, short_seq_prob: float, balance: str, du
 OtherDocPicker = Callable[[random.Random, int], tuple[int, Sequence[list[int]]]]
 
 
+def other_doc_picker(pool: Sequence[tuple[int, Sequence[list[int]]]]) -> OtherDocPicker:
+    """Return the `OtherDocPicker` that draws NotNext B's document uniformly from `pool`, the
+    (doc index, sentences) of the documents on offer, minus A's own (which must be in `pool`)."""
+    slot = {d: i for i, (d, _) in enumerate(pool)}
+
+    def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Sequence[list[int]]]:
+        # Uniform over the other documents: draw from len-1 slots and skip over our own.
+        k = rng.randint(0, len(pool) - 2)
+        if k >= slot[doc_index]:
+            k += 1
+        return pool[k]
+
+    return pick_other
+
+
+def check_enough_documents(documents: int, name: str, negatives: bool = True) -> None:
+    """Raise ValueError (naming the fix) unless `documents`, the documents with text of the
+    corpus called `name`, are enough: one, or two when NotNext B comes from another document."""
+    if documents == 0:
+        raise ValueError(f"{name} is empty: no document has a sentence with text; pass documents "
+                         f"with sentences (bertlab.load_corpus)")
+    if documents < 2 and negatives:
+        raise ValueError(f"{name} has 1 document; NSP needs at least 2 (negatives come from other "
+                         f"documents): add documents, or split a long text into several")
+
+
 class PairBuilder:
     """Turns one tokenized document into NSP examples (shared by the in-memory and streaming paths)."""
 
@@ -201,9 +170,10 @@ class PairBuilder:
         self.one_sentence_docs_skipped = 0
 
     def document(
-        self, doc_index: int, doc_id: str, sents: list[list[int]], pick_other: OtherDocPicker
-    ) -> Iterator[NspExample]:
-        """Yield the examples of one pass over one document."""
+        self, doc_index: int, doc_id: str, sents: Sequence[list[int]], pick_other: OtherDocPicker,
+        draw: int = 0,
+    ) -> Iterator[Example]:
+        """Yield the examples of pass `draw` over one document."""
         rng, n = self.rng, len(sents)
         if n == 0:
             return
@@ -260,12 +230,11 @@ class PairBuilder:
             a_cut, b_cut = self._truncate(len(tokens_a), len(tokens_b))
             tokens_a = tokens_a[a_cut[0] : len(tokens_a) - a_cut[1]]
             tokens_b = tokens_b[b_cut[0] : len(tokens_b) - b_cut[1]]
-            yield NspExample(
+            yield Example(
                 input_ids=[self.cls, *tokens_a, self.sep, *tokens_b, self.sep],
-                a_len=len(tokens_a), b_len=len(tokens_b), is_random_next=is_random_next,
-                doc_id=doc_id, doc_index=doc_index, a_sentences=(start, a_end),
-                b_doc_index=b_doc, b_sentences=(b_start, b_end), a_cut=a_cut, b_cut=b_cut,
-            )
+                a_len=len(tokens_a), next_sentence_label=NOT_NEXT if is_random_next else IS_NEXT,
+                doc_index=doc_index, doc_id=doc_id, draw=draw, a_sentences=(start, a_end),
+                b_doc_index=b_doc, b_sentences=(b_start, b_end), a_cut=a_cut, b_cut=b_cut)
             start = next_start
 
     def _truncate(self, len_a: int, len_b: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -297,16 +266,7 @@ def _check_corpus(corpus: TokenizedCorpus, negatives: bool = True) -> list[int]:
     """Return the indices of documents with text; raise if there are fewer than 2 (NotNext B
     comes from another document; without negatives one is enough)."""
     usable = [d for d, sents in enumerate(corpus.sentences) if sents]
-    if not usable:
-        raise ValueError(
-            f"{corpus.name} is empty: no document has a sentence with text; "
-            f"pass documents with sentences (bertlab.load_corpus)"
-        )
-    if len(usable) < 2 and negatives:
-        raise ValueError(
-            f"{corpus.name} has 1 document; NSP needs at least 2 (negatives come from other "
-            f"documents): add documents, or split a long text into several"
-        )
+    check_enough_documents(len(usable), corpus.name, negatives)
     return usable
 
 
@@ -319,9 +279,8 @@ def create_nsp_examples(
     seed: int = 0,
     balance: str = "exact",
     dupe_factor: int = 1,
-    include_title: bool = False,
     negatives: bool = True,
-) -> NspExamples:
+) -> Examples:
     """Return NSP examples ([CLS] A [SEP] B [SEP], IsNext/NotNext) built from the documents.
 
     Per document and pass (`dupe_factor` passes, each with fresh random choices): pick a target
@@ -339,11 +298,11 @@ def create_nsp_examples(
     Google's rule (one-sentence chunks are always NotNext; ~56% NotNext on ordinary text) and
     uses one-sentence documents as NotNext A.
 
-    `docs` are Documents (tokenized here; titles left out unless `include_title=True`) or a
-    `TokenizedCorpus` from `tokenize_corpus`. Examples come in document order; the same seed
-    gives the same examples. Randomness: `random.Random(seed)`. `negatives=False` (with
-    `balance="exact"`) makes every pair IsNext: the in-order pairs that sentence-order
-    prediction swaps (`bertlab.sop`).
+    `docs` are Documents (tokenized here, titles left out) or a `TokenizedCorpus` from
+    `tokenize_corpus` (`include_title=True` there puts each title first). Examples come in
+    document order; the same seed gives the same examples. Randomness: `random.Random(seed)`.
+    `negatives=False` (with `balance="exact"`) makes every pair IsNext: the in-order pairs that
+    sentence-order prediction swaps (`bertlab.sop`).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
@@ -351,27 +310,18 @@ def create_nsp_examples(
     if not negatives and balance != "exact":
         raise ValueError(f"negatives=False needs balance='exact' (Google's rule makes every "
                          f"one-sentence chunk NotNext); got balance={balance!r}")
-    corpus = as_tokenized(docs, tokenizer, include_title, "create_nsp_examples")
+    corpus = as_tokenized(docs, tokenizer, "create_nsp_examples")
     special = special_ids(tokenizer)
     usable = _check_corpus(corpus, negatives)
     rng = random.Random(seed)
     builder = PairBuilder(special, max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
                           balance=balance, rng=rng, negatives=negatives)
-    position = {d: i for i, d in enumerate(usable)}
-
-    def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Sequence[list[int]]]:
-        # Uniform over the other usable documents: draw from len-1 slots and skip over our own.
-        k = rng.randint(0, len(usable) - 2)
-        if k >= position[doc_index]:
-            k += 1
-        return usable[k], corpus.sentences[usable[k]]
-
-    examples = NspExamples()
+    pick_other = other_doc_picker([(d, corpus.sentences[d]) for d in usable])
+    examples = Examples()
     for draw in range(dupe_factor):
         for d in usable:
-            for ex in builder.document(d, corpus.doc_ids[d], corpus.sentences[d], pick_other):
-                ex.draw = draw
-                examples.append(ex)
+            examples.extend(builder.document(d, corpus.doc_ids[d], corpus.sentences[d],
+                                             pick_other, draw))
     long_limit = max_seq_len - 3
     examples.info = {
         "balance": balance,
@@ -386,7 +336,7 @@ def create_nsp_examples(
     return examples
 
 
-def format_pair(example: NspExample, tokenizer: Tokenizer, width: int = 96) -> str:
+def format_pair(example: Example, tokenizer: Tokenizer, width: int = 96) -> str:
     """Return the example as text: its tokens, with each token's segment id printed underneath.
 
     Taught in notebooks/03_nsp_data.ipynb.
@@ -410,7 +360,14 @@ def format_pair(example: NspExample, tokenizer: Tokenizer, width: int = 96) -> s
     return "\n".join(lines + [top.rstrip(), bottom.rstrip()])
 
 
-def nsp_stats(examples: Sequence[NspExample]) -> dict[str, float]:
+def _seam_broken(example: Example) -> bool:
+    """Return True for an IsNext pair whose truncation cut the end of A or the start of B: then
+    B no longer starts right where A stops (google-research/bert#627)."""
+    return example.next_sentence_label == IS_NEXT and (example.a_cut[1] > 0
+                                                       or example.b_cut[0] > 0)
+
+
+def nsp_stats(examples: Sequence[Example]) -> dict[str, float]:
     """Return counts and shares: examples, IsNext/NotNext, truncation, tokens dropped, mean lengths.
 
     Includes the corpus facts in `examples.info` when present (skipped documents, long sentences).
@@ -418,7 +375,7 @@ def nsp_stats(examples: Sequence[NspExample]) -> dict[str, float]:
     Taught in notebooks/03_nsp_data.ipynb.
     """
     n = len(examples)
-    not_next = sum(1 for e in examples if e.is_random_next)
+    not_next = sum(1 for e in examples if e.next_sentence_label == NOT_NEXT)
     truncated = sum(1 for e in examples if e.truncated)
     is_next = n - not_next
     stats: dict[str, float] = {
@@ -429,7 +386,7 @@ def nsp_stats(examples: Sequence[NspExample]) -> dict[str, float]:
         "truncated": truncated,
         "truncated_share": truncated / n if n else 0.0,
         "tokens_dropped": sum(e.tokens_dropped for e in examples),
-        "seam_broken": sum(1 for e in examples if e.seam_broken),
+        "seam_broken": sum(1 for e in examples if _seam_broken(e)),
         "mean_a_len": sum(e.a_len for e in examples) / n if n else 0.0,
         "mean_b_len": sum(e.b_len for e in examples) / n if n else 0.0,
         "mean_len": sum(len(e.input_ids) for e in examples) / n if n else 0.0,

@@ -3,7 +3,7 @@
 A run trains a list of them, `("mlm",)`, `("mlm", "nsp")` (BERT) or `("mlm", "sop")` (ALBERT's
 sentence order). Masked LM is always in; at most one pair objective trains the 2-way head on
 [CLS] (the model has one). A new objective is a pair builder and one entry in `OBJECTIVES`:
-the loader builds its pairs (`bertlab.data.pretraining_loader(pairs=...)`), the loss adds its
+the loader builds its pairs (`bertlab.data.LoaderOptions(pairs=...)`), the loss adds its
 term (`bertlab.pretraining.pretraining_loss`), and the CLI accepts it (`--objectives`).
 
 Taught in notebooks/05_pretraining.ipynb

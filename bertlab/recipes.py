@@ -6,7 +6,7 @@ batch and sequence length. It spans three objects (the training loader's masking
 config and `TrainConfig`), so it is written down once here and handed out to each:
 
     r = recipe("course")
-    train = pretraining_loader(docs, tok, split="train", seed=0, **r.loader_options())
+    train = pretraining_loader(docs, tok, split="train", seed=0, options=r.loader_options())
     model = BertForPreTraining(r.model_config("tiny", tok.get_vocab_size()))
     pretrain(model, train, val, r.train_config(max_steps=2000), objectives=r.objectives)
 
@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bertlab.config import TrainConfig
+from bertlab.data import LoaderOptions
 from bertlab.masking import BERT_MASKING, MaskingConfig
 from bertlab.model import BertConfig
 from bertlab.objectives import check_objectives, pairs_of
@@ -65,16 +66,19 @@ class Recipe:
         object.__setattr__(self, "objectives",
                            check_objectives(self.objectives, f"recipe {self.name!r}"))
 
+    @property
     def masking(self) -> MaskingConfig:
         """Return the training loader's masking: `mlm_probability` of the tokens, then 80/10/10."""
         return MaskingConfig(mlm_probability=self.mlm_probability)
 
-    def loader_options(self) -> dict[str, Any]:
-        """Return the training loader's settings: batch_size, max_seq_len, the masking, the
-        pairs its objectives train on and how many draws of them the epochs cycle through."""
-        return {"batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
-                "mask_config": self.masking(), "pairs": pairs_of(self.objectives),
-                "pair_draws": self.pair_draws}
+    def loader_options(self, **overrides: Any) -> LoaderOptions:
+        """Return the training loader's `LoaderOptions`: batch_size, max_seq_len, the masking,
+        the pairs its objectives train on and how many draws of them the epochs cycle through;
+        overrides (other `LoaderOptions` fields) win."""
+        settings = {"batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
+                    "masking": self.masking, "pairs": pairs_of(self.objectives),
+                    "pair_draws": self.pair_draws}
+        return LoaderOptions(**{**settings, **overrides})
 
     def with_objectives(self, objectives: Sequence[str] | str) -> Recipe:
         """Return this recipe with other objectives (e.g. "mlm,sop"), everything else equal."""

@@ -252,8 +252,8 @@ def _read(rows: Iterator[_Row], label: str) -> Iterator[_Row]:
         yield from rows
     except UnicodeDecodeError as exc:
         raise ValueError(f"{label} is not valid UTF-8 (bytes {exc.object[exc.start:exc.start + 4]!r}); "
-                         f"convert it to UTF-8, or pass errors='replace' to read it with U+FFFD "
-                         f"in place of the bad bytes") from None
+                         f"convert it to UTF-8, or pass errors='replace' (--encoding-errors "
+                         f"replace) to read it with U+FFFD in place of the bad bytes") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise ValueError(f"{label} cannot be read ({exc}); if it is gzip-compressed, check "
                          f"that the file is whole (`gzip -t`)") from None

@@ -14,18 +14,19 @@ import contextlib
 import json
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from bertlab.corpus import CORPORA
 from bertlab.document import SPLITS, Document
-from bertlab.nsp import NOT_NEXT, NspExample
-from bertlab.objectives import INPUTS, SINGLE
-from bertlab.single import SingleExample
-from bertlab.streaming import StreamingNspBuilder, iter_documents
+from bertlab.example import Example
+from bertlab.nsp import NOT_NEXT
+from bertlab.objectives import SINGLE
+from bertlab.streaming import StreamingNspBuilder, StreamOptions, iter_documents
 from bertlab.tokenizer import load_tokenizer, train_tokenizer
 from bertlab.util import (
     atomic_write_folder,
@@ -54,7 +55,7 @@ class _ShardWriter:
         self.labels = array("b")
         self.doc_index = array("q")
 
-    def add(self, ex: NspExample | SingleExample) -> None:
+    def add(self, ex: Example) -> None:
         self.tokens.extend(ex.input_ids)
         self.lengths.append(len(ex.input_ids))
         self.a_lens.append(ex.a_len)
@@ -88,52 +89,67 @@ class _ShardWriter:
         self._reset()
 
 
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Every setting of `prepare_shards` but the seed, checked when built: how the examples are
+    built from the stream (`stream`, a `StreamOptions`: sequence length, pairs or single
+    segments, memory bounds), how they are laid out on disk (`shard_size` examples per shard,
+    `splits`, `pair_draws`), and how the corpus is read (`errors` for bytes that are not UTF-8;
+    `read`: text_field, doc_field, on_bad_row, see `iter_corpus`)."""
+
+    stream: StreamOptions = field(default_factory=StreamOptions)
+    shard_size: int = 100_000
+    splits: Sequence[str] | None = ("train", "validation")
+    pair_draws: int = 1
+    errors: str = "strict"
+    read: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stream, StreamOptions):
+            raise ValueError(f"stream={self.stream!r}; pass a bertlab.streaming.StreamOptions, "
+                             f"e.g. StreamOptions(max_seq_len=128)")
+        _check_layout(self.shard_size, self.splits)
+        check_pair_draws(self.pair_draws, self.stream.dupe_factor)
+
+    def draws(self, split: str | None) -> int:
+        """Return how many draws of pairs `split` gets: `pair_draws` for training (or for
+        everything, split None), one for validation and test (always scored on the same pairs)."""
+        return self.pair_draws if split in ("train", None) else 1
+
+
 def prepare_shards(
     corpus: str | Path | Iterable[Document],
     tokenizer: Tokenizer | str | Path,
     out_dir: str | Path,
+    options: PrepareOptions | None = None,
     *,
-    max_seq_len: int = 128,
     seed: int = 0,
-    shard_size: int = 100_000,
-    splits: Sequence[str] | None = ("train", "validation"),
-    short_seq_prob: float = 0.1,
-    balance: str = "exact",
-    dupe_factor: int = 1,
-    pair_draws: int = 1,
-    include_title: bool = False,
-    batch_docs: int = 256,
-    reservoir_docs: int = 1000,
-    batch_chars: int = 4_000_000,
-    errors: str = "strict",
-    read: Mapping[str, Any] | None = None,
-    segments: str = "pairs",
 ) -> dict[str, Any]:
     """Return a summary after writing NSP examples of a corpus to memory-mappable shards in `out_dir`.
 
-    Streams documents (`iter_documents`: a BERT-format .txt file, a folder of .txt files, a
-    corpus name or an iterable of Documents), tokenizes them in batches and writes, per split, a
-    sub-folder `out_dir/<split>/` with `meta.json`, `docs.txt` (document ids, one per line, in
-    index order) and per shard `shard-NNNNN.{tokens,offsets,a_len,label,doc_index}.npy`: the
-    examples' [CLS] A [SEP] B [SEP] ids back to back, where each starts (n + 1 offsets), the
-    length of A, the NSP label and the document index. `splits=None` writes every document to
-    `out_dir` itself. `out_dir/tokenizer.json` is the tokenizer the ids refer to.
-    `pair_draws=K` cuts the training split into pairs K times, each with fresh random choices,
-    and keeps the draws apart: draw 0's shards are those under meta "shards", draw k's are named
+    `options` (`PrepareOptions`) holds every setting but the `seed`. Streams documents
+    (`iter_documents`: a BERT-format .txt file, a folder of .txt files, a corpus name or an
+    iterable of Documents), tokenizes them in batches and writes, per split
+    (`options.splits`), a sub-folder `out_dir/<split>/` with `meta.json`, `docs.txt` (document
+    ids, one per line, in index order) and per shard
+    `shard-NNNNN.{tokens,offsets,a_len,label,doc_index}.npy`: the examples' [CLS] A [SEP] B
+    [SEP] ids back to back, where each starts (n + 1 offsets), the length of A, the NSP label
+    and the document index. `splits=None` writes every document to `out_dir` itself.
+    `out_dir/tokenizer.json` is the tokenizer the ids refer to. `pair_draws=K` cuts the
+    training split into pairs K times, each with fresh random choices, and keeps the draws
+    apart: draw 0's shards are those under meta "shards", draw k's are named
     `draw-k-shard-NNNNN` and listed under meta "draws"; a loader trains epoch e on draw e % K
-    (validation keeps one draw, so it is always scored on the same pairs). Each split has
-    its own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
-    examples. Memory stays bounded by one batch of documents (`batch_docs`, `batch_chars`), the
-    reservoir and one shard; long lines and huge documents are cut as the corpus is read
-    (`bertlab.load_corpus`), and the summary and each meta.json count them under "corpus_read"
-    (long_lines_split, documents_split, folders_skipped, hidden_skipped, bad_rows_skipped).
-    `errors` ("strict", "replace", "ignore") says what to do with bytes that are not UTF-8;
-    `read` (text_field, doc_field, on_bad_row) how a file of rows is read (`iter_corpus`).
-    `tokenizer` may be a path to a saved tokenizer. `segments="single"` writes single segments
-    instead of pairs (`StreamingNspBuilder(segments=)`: for masked LM alone, on text whose
-    documents may have one sentence each), in the same files: the ids are [CLS] text [SEP],
-    a_len the text's length, the label -100 (no pair label), and meta.json has
-    `"segments": "single"`; a split needs one document with text, not two.
+    (validation keeps one draw, so it is always scored on the same pairs). Each split has its
+    own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
+    examples. Memory stays bounded by one batch of documents (`StreamOptions.batch_docs`,
+    `batch_chars`), the reservoir and one shard; long lines and huge documents are cut as the
+    corpus is read (`bertlab.load_corpus`), and the summary and each meta.json count them under
+    "corpus_read" (long_lines_split, documents_split, folders_skipped, hidden_skipped,
+    bad_rows_skipped). `tokenizer` may be a path to a saved tokenizer.
+    `StreamOptions(segments="single")` writes single segments instead of pairs (for masked LM
+    alone, on text whose documents may have one sentence each), in the same files: the ids are
+    [CLS] text [SEP], a_len the text's length, the label -100 (no pair label), and meta.json
+    has `"segments": "single"`; a split needs one document with text, not two.
 
     Everything is checked before anything is written: the settings, the corpus path, and
     `out_dir`, which must be new or empty (a run, a Hugging Face export, earlier shards or other
@@ -141,37 +157,33 @@ def prepare_shards(
     text next time). The shards are written into a hidden sibling folder and moved to `out_dir`
     only when complete, so a failure midway leaves `out_dir` as it was.
     """
+    options = PrepareOptions() if options is None else options
+    if not isinstance(options, PrepareOptions):
+        raise ValueError(f"options={options!r}; pass a bertlab.shards.PrepareOptions, e.g. "
+                         f"PrepareOptions(StreamOptions(max_seq_len=128), shard_size=100_000)")
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(tokenizer)
-    _check_layout(shard_size, splits, segments)
-    check_pair_draws(pair_draws, dupe_factor)
     out = Path(out_dir)
     check_output_folder(out, "out_dir")
     _check_not_inside_corpus(out, corpus, "out_dir")
     counts: dict[str, int] = {}
-    docs = iter_documents(corpus, counts=counts, errors=errors, **(read or {}))
-    names = list(splits) if splits is not None else [None]
-    settings = dict(max_seq_len=max_seq_len, short_seq_prob=short_seq_prob, balance=balance,
-                    dupe_factor=dupe_factor, include_title=include_title, batch_docs=batch_docs,
-                    reservoir_docs=reservoir_docs, batch_chars=batch_chars)
-    if segments == SINGLE:  # recorded in meta.json (pair shards, as before, say nothing)
-        settings["segments"] = SINGLE
+    docs = iter_documents(corpus, counts=counts, errors=options.errors, **(options.read or {}))
+    names = list(options.splits) if options.splits is not None else [None]
     label = f"corpus '{corpus}'" if isinstance(corpus, (str, Path)) else "the corpus"
     # The training split's builder makes one pass over each batch of documents per draw, and
     # each pass's pairs (their `draw`) go to that draw's shards.
-    draws = {name: pair_draws if name in ("train", None) else 1 for name in names}
+    stream = options.stream
     builders = {
-        name: StreamingNspBuilder(tokenizer, seed=seed + 1_000_003 * k,
-                                  name=f"{label} ({name or 'all'} split)",
-                                  **{**settings, "dupe_factor": dupe_factor * draws[name]})
+        name: StreamingNspBuilder(
+            tokenizer, replace(stream, dupe_factor=stream.dupe_factor * options.draws(name)),
+            seed=seed + 1_000_003 * k, name=f"{label} ({name or 'all'} split)")
         for k, name in enumerate(names)
     }
     summary: dict[str, Any] = {}
 
     def write(staging: Path) -> None:
-        summary.update(_write_shards(docs, builders, staging, shard_size=shard_size, seed=seed,
-                                     vocab_size=tokenizer.get_vocab_size(), settings=settings,
-                                     counts=counts, draws=draws))
+        summary.update(_write_shards(docs, builders, staging, options, seed=seed,
+                                     vocab_size=tokenizer.get_vocab_size(), counts=counts))
         _check_some_pairs(summary["splits"], label)
         atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
         check_output_folder(out, "out_dir")  # nothing may have appeared there in the meantime
@@ -184,17 +196,14 @@ def prepare_shards(
     return summary
 
 
-def _check_layout(shard_size: object, splits: Sequence[str] | None, segments: str) -> None:
-    """Raise ValueError (naming the fix) on a bad `prepare_shards` shard size, splits or segments."""
+def _check_layout(shard_size: object, splits: Sequence[str] | None) -> None:
+    """Raise ValueError (naming the fix) on a bad `prepare_shards` shard size or splits."""
     if not isinstance(shard_size, int) or shard_size < 1:
         raise ValueError(f"shard_size={shard_size!r}; pass the number of examples per shard (>= 1)")
     if splits is not None:
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown or not splits:
             raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
-    if segments not in INPUTS:
-        raise ValueError(f"segments={segments!r} is not known; choose from {', '.join(INPUTS)} "
-                         f"(the CLI's prepare --segments)")
 
 
 def check_pair_draws(pair_draws: object, dupe_factor: int = 1) -> None:
@@ -241,10 +250,18 @@ def _check_not_inside_corpus(out: Path, corpus: object, flag: str) -> None:
         )
 
 
+def _settings(stream: StreamOptions) -> dict[str, Any]:
+    """Return the stream settings a meta.json records (a folder of pairs does not name its
+    segments: those written before single segments existed do not either)."""
+    settings = asdict(stream)
+    if stream.segments != SINGLE:
+        del settings["segments"]
+    return settings
+
+
 def _write_shards(
-    docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path, *,
-    shard_size: int, seed: int, vocab_size: int, settings: dict[str, Any],
-    counts: dict[str, int], draws: dict[str | None, int],
+    docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path,
+    options: PrepareOptions, *, seed: int, vocab_size: int, counts: dict[str, int],
 ) -> dict[str, Any]:
     """Return the summary after writing each split's shards, docs.txt and (last) meta.json."""
     writers: dict[str | None, list[_ShardWriter]] = {}
@@ -253,8 +270,9 @@ def _write_shards(
         for name in builders:
             split_folder = folder / name if name else folder
             split_folder.mkdir(exist_ok=True)
-            writers[name] = [_ShardWriter(split_folder, shard_size, vocab_size,
-                                          f"draw-{k}-" if k else "") for k in range(draws[name])]
+            writers[name] = [_ShardWriter(split_folder, options.shard_size, vocab_size,
+                                          f"draw-{k}-" if k else "")
+                             for k in range(options.draws(name))]
             # Streamed as documents come (ids are not held in memory); the file only becomes
             # visible when the finished folder is moved into place.
             doc_files[name] = stack.enter_context(
@@ -277,36 +295,44 @@ def _write_shards(
                 split_writers[ex.draw % len(split_writers)].add(ex)
             for writer in split_writers:
                 writer.flush()
-            writer = split_writers[0]
             doc_files[name].writelines(i + "\n" for i in builder.take_doc_ids())
             doc_files[name].close()
-            meta = {
-                "format": SHARD_FORMAT, "split": name, "seed": seed + 1_000_003 * k,
-                "vocab_size": vocab_size, "dtype": np.dtype(writer.dtype).name,
-                "documents": builder.seen,
-                "one_sentence_docs_skipped": (builder.builder.one_sentence_docs_skipped
-                                              // builder.dupe_factor),
-                **settings, **writer.counts, "shards": writer.shards,
-                "corpus_read": dict(counts),
-            }
-            if len(split_writers) > 1:
-                meta["pair_draws"] = len(split_writers)
-                meta["draws"] = [{"draw": d, **w.counts, "shards": w.shards}
-                                 for d, w in enumerate(split_writers)]
-            atomic_write_json(writer.folder / "meta.json", meta)
+            meta = _split_meta(name, builder, split_writers, _settings(options.stream),
+                               seed + 1_000_003 * k, vocab_size, counts)
+            atomic_write_json(split_writers[0].folder / "meta.json", meta)
             summary["splits"][name or "all"] = meta
     return summary
+
+
+def _split_meta(name: str | None, builder: StreamingNspBuilder, writers: list[_ShardWriter],
+                settings: dict[str, Any], seed: int, vocab_size: int,
+                counts: dict[str, int]) -> dict[str, Any]:
+    """Return the meta.json of one split: format, settings, counts and shards (per draw too)."""
+    writer = writers[0]
+    meta = {
+        "format": SHARD_FORMAT, "split": name, "seed": seed,
+        "vocab_size": vocab_size, "dtype": np.dtype(writer.dtype).name,
+        "documents": builder.seen,
+        "one_sentence_docs_skipped": (builder.builder.one_sentence_docs_skipped
+                                      // builder.dupe_factor),
+        **settings, **writer.counts, "shards": writer.shards,
+        "corpus_read": dict(counts),
+    }
+    if len(writers) > 1:
+        meta["pair_draws"] = len(writers)
+        meta["draws"] = [{"draw": d, **w.counts, "shards": w.shards}
+                         for d, w in enumerate(writers)]
+    return meta
 
 
 def prepare_command(
     corpus: str | Path,
     out: str | Path,
     tokenizer: str | Path | None = None,
+    options: PrepareOptions | None = None,
     *,
-    max_seq_len: int = 128,
     seed: int = 0,
     vocab_size: int = 8192,
-    **options: Any,
 ) -> dict[str, Any]:
     """Return the `prepare_shards` summary after writing shards and `out/tokenizer.json` (for the CLI).
 
@@ -315,18 +341,19 @@ def prepare_command(
     trained tokenizer for corpora of many GB). The tokenizer used is saved next to the shards, so
     later steps (pretraining, export) find the vocabulary the ids refer to. `out` and the corpus
     path are checked before the tokenizer is trained, so a wrong `--out` fails at once.
-    `options` go to `prepare_shards` (shard_size, splits, short_seq_prob, balance, ...).
+    `options` and `seed` go to `prepare_shards`.
     """
+    options = PrepareOptions() if options is None else options
     out = Path(out)
     check_output_folder(out, "--out")
     _check_not_inside_corpus(out, corpus, "--out")
-    errors, read = options.get("errors", "strict"), options.get("read") or {}
+    errors, read = options.errors, options.read or {}
     if tokenizer is None:
         tok = train_tokenizer(iter_documents(corpus, errors=errors, **read), vocab_size=vocab_size)
     else:
         iter_documents(corpus, errors=errors, **read)  # checks the corpus path before any work
         tok = load_tokenizer(tokenizer)
-    return prepare_shards(corpus, tok, out, max_seq_len=max_seq_len, seed=seed, **options)
+    return prepare_shards(corpus, tok, out, options, seed=seed)
 
 
 def shard_folder(path: str | Path, split: str | None) -> Path:
@@ -375,23 +402,15 @@ def pair_draws_in(folder: str | Path) -> int:
 
 def shard_segments(folder: str | Path) -> str:
     """Return what a shard folder holds: "pairs" ([CLS] A [SEP] B [SEP] with NSP labels) or
-    "single" (single segments, `prepare_shards(segments="single")`)."""
+    "single" (single segments, `StreamOptions(segments="single")`)."""
     meta = json.loads((Path(folder) / "meta.json").read_text(encoding="utf-8"))
     return str(meta.get("segments", "pairs"))
 
 
-class ShardExample(NamedTuple):
-    """One example as the shards hold it: its ids, the length of A, its NSP label (-100 for a
-    single segment: no pair label), its document."""
-
-    input_ids: np.ndarray
-    a_len: int
-    next_sentence_label: int
-    doc_index: int
-
-
 class ShardExamples(Sequence):
-    """Return `ShardExample`s, read lazily from a shard folder written by `prepare_shards`.
+    """Return `Example`s, read lazily from a shard folder written by `prepare_shards`: their
+    ids (a numpy array), the length of A, the label (-100 for a single segment: no pair label),
+    the document index and the draw.
 
     A sequence like the list `create_nsp_examples` returns (give it to `bertlab.data.NspDataset`).
     Arrays are memory-mapped on first use in each process (DataLoader workers open their own),
@@ -451,11 +470,12 @@ class ShardExamples(Sequence):
         shard = int(np.searchsorted(self.starts, index, side="right")) - 1
         return self._open()[shard], index - int(self.starts[shard])
 
-    def __getitem__(self, index: int) -> ShardExample:
+    def __getitem__(self, index: int) -> Example:
         arrays, i = self._locate(index)
-        return ShardExample(arrays["tokens"][arrays["offsets"][i] : arrays["offsets"][i + 1]],
-                            int(arrays["a_len"][i]), int(arrays["label"][i]),
-                            int(arrays["doc_index"][i]))
+        return Example(arrays["tokens"][arrays["offsets"][i] : arrays["offsets"][i + 1]],
+                       a_len=int(arrays["a_len"][i]),
+                       next_sentence_label=int(arrays["label"][i]),
+                       doc_index=int(arrays["doc_index"][i]), draw=self.draw)
 
     def doc_id(self, index: int) -> str:
         """Return the id of the document example `index` came from."""

@@ -17,56 +17,20 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
 from bertlab.document import Document
-from bertlab.masking import IGNORE_INDEX
+from bertlab.example import Example, Examples
+from bertlab.labels import IGNORE_INDEX
 from bertlab.nsp import (
-    NspExamples,
     TokenizedCorpus,
     as_tokenized,
+    check_enough_documents,
     check_nsp_settings,
     pair_draw_seed,
 )
 from bertlab.tokenizer import SpecialIds, special_ids
-
-
-@dataclass(slots=True)
-class SingleExample:
-    """One segment: `input_ids` = [CLS] text [SEP], no padding; the text is whole sentences
-    `sentences` (first, end) of document `doc_index`, less `cut` tokens at the end when one
-    sentence alone is longer than the sequence."""
-
-    input_ids: list[int]
-    a_len: int  # the text between [CLS] and [SEP]
-    doc_id: str
-    doc_index: int
-    sentences: tuple[int, int]
-    cut: int = 0
-    b_len: int = 0  # there is no second segment
-    draw: int = 0  # the pass over the corpus that built it (0 .. dupe_factor - 1)
-
-    @property
-    def tokens_dropped(self) -> int:
-        """Return the tokens cut off the end (what a shard's meta.json counts)."""
-        return self.cut
-
-    @property
-    def truncated(self) -> bool:
-        """Return whether tokens were cut off."""
-        return self.cut > 0
-
-    @property
-    def next_sentence_label(self) -> int:
-        """Return -100: a single segment has no pair label, so no pair loss reads it."""
-        return IGNORE_INDEX
-
-    @property
-    def token_type_ids(self) -> list[int]:
-        """Return the segment ids: 0 everywhere (one segment)."""
-        return [0] * len(self.input_ids)
 
 
 def _chunks(sents: Sequence[list[int]], max_tokens: int, short_seq_prob: float,
@@ -92,17 +56,19 @@ def single_pass_rng(seed: int, draw: int) -> random.Random:
 
 def document_singles(special: SpecialIds, doc_index: int, doc_id: str,
                      sents: Sequence[list[int]], *, max_seq_len: int, short_seq_prob: float,
-                     rng: random.Random, draw: int = 0) -> Iterator[SingleExample]:
+                     rng: random.Random, draw: int = 0) -> Iterator[Example]:
     """Yield the single segments of one pass over one tokenized document (shared by
-    `create_single_examples` and the streaming path)."""
+    `create_single_examples` and the streaming path): [CLS] text [SEP] with no pair label
+    (-100, so no pair loss reads it); the text is whole sentences `a_sentences`, less `a_cut[1]`
+    tokens at the end when one sentence alone is longer than the sequence."""
     max_tokens = max_seq_len - 2  # room for [CLS] and [SEP]
     for start, end in _chunks(sents, max_tokens, short_seq_prob, rng):
         text = [t for s in sents[start:end] for t in s]
         cut = max(len(text) - max_tokens, 0)
         text = text[:max_tokens]
-        yield SingleExample(input_ids=[special.cls, *text, special.sep], a_len=len(text),
-                            doc_id=doc_id, doc_index=doc_index, sentences=(start, end), cut=cut,
-                            draw=draw)
+        yield Example(input_ids=[special.cls, *text, special.sep], a_len=len(text),
+                      next_sentence_label=IGNORE_INDEX, doc_index=doc_index, doc_id=doc_id,
+                      a_sentences=(start, end), a_cut=(0, cut), draw=draw)
 
 
 def check_single_settings(max_seq_len: int, short_seq_prob: float, balance: str,
@@ -123,8 +89,7 @@ def create_single_examples(
     seed: int = 0,
     balance: str = "exact",
     dupe_factor: int = 1,
-    include_title: bool = False,
-) -> NspExamples:
+) -> Examples:
     """Return single-segment examples: each document's sentences packed into [CLS] text [SEP].
 
     Per document and pass (`dupe_factor` passes): a target length (`max_seq_len - 2`, or with
@@ -140,18 +105,17 @@ def create_single_examples(
     Taught in notebooks/03_nsp_data.ipynb.
     """
     check_single_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
-    corpus = as_tokenized(docs, tokenizer, include_title, "create_single_examples")
-    if not any(corpus.sentences):
-        raise ValueError(f"{corpus.name} is empty: no document has a sentence with text; pass "
-                         f"documents with sentences (bertlab.load_corpus)")
+    corpus = as_tokenized(docs, tokenizer, "create_single_examples")
+    check_enough_documents(sum(1 for sents in corpus.sentences if sents), corpus.name,
+                           negatives=False)
     special = special_ids(tokenizer)
-    examples = NspExamples(info={"documents": len(corpus), "tokens_cut": 0})
+    examples = Examples(info={"documents": len(corpus), "tokens_cut": 0})
     for draw in range(dupe_factor):
         rng = single_pass_rng(seed, draw)
         for d, sents in enumerate(corpus.sentences):
             for ex in document_singles(special, d, corpus.doc_ids[d], sents,
                                        max_seq_len=max_seq_len, short_seq_prob=short_seq_prob,
                                        rng=rng, draw=draw):
-                examples.info["tokens_cut"] += ex.cut
+                examples.info["tokens_cut"] += ex.tokens_dropped
                 examples.append(ex)
     return examples

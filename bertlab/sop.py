@@ -17,39 +17,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 
 from tokenizers import Tokenizer
 
 from bertlab.document import Document
-from bertlab.nsp import NspExamples, TokenizedCorpus, create_nsp_examples
+from bertlab.example import Examples
+from bertlab.nsp import TokenizedCorpus, create_nsp_examples
 from bertlab.tokenizer import SpecialIds
 
 IN_ORDER = 0  # A, then B: the order of the document
 SWAPPED = 1  # B, then A
-
-
-@dataclass(slots=True)
-class SopExample:
-    """One SOP pair: `input_ids` = [CLS] first [SEP] second [SEP], no padding; `swapped` says
-    whether first/second are the document's B and A (else A and B)."""
-
-    input_ids: list[int]
-    a_len: int  # the length of the first segment, whichever it is
-    b_len: int
-    swapped: bool
-    doc_id: str
-    doc_index: int
-
-    @property
-    def next_sentence_label(self) -> int:
-        """Return `SWAPPED` or `IN_ORDER`: the label of the pair head on [CLS]."""
-        return SWAPPED if self.swapped else IN_ORDER
-
-    @property
-    def token_type_ids(self) -> list[int]:
-        """Return the segment ids: 0 for [CLS], the first segment and its [SEP]; 1 after."""
-        return [0] * (self.a_len + 2) + [1] * (self.b_len + 1)
 
 
 def create_sop_examples(
@@ -61,14 +39,14 @@ def create_sop_examples(
     seed: int = 0,
     balance: str = "exact",
     dupe_factor: int = 1,
-    include_title: bool = False,
-) -> NspExamples:
+) -> Examples:
     """Return SOP examples: two consecutive segments of one document, swapped half the time.
 
     The segments are those of NSP's IsNext pairs with the same settings and `seed`; whether a
     pair is swapped is drawn from a generator of its own (seeded by `seed`), so the same seed
-    gives the same examples. `balance` must be "exact" (the order is a fair coin). Documents of
-    one sentence have no pair and are skipped (`examples.info`).
+    gives the same examples. A swapped example's A is the document's B (its `a_sentences` and
+    `a_cut` say so). `balance` must be "exact" (the order is a fair coin). Documents of one
+    sentence have no pair and are skipped (`examples.info`).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
@@ -77,16 +55,16 @@ def create_sop_examples(
                          f"'exact'; got balance={balance!r}")
     in_order = create_nsp_examples(docs, tokenizer, max_seq_len=max_seq_len,
                                    short_seq_prob=short_seq_prob, seed=seed,
-                                   dupe_factor=dupe_factor, include_title=include_title,
-                                   negatives=False)
+                                   dupe_factor=dupe_factor, negatives=False)
     rng = random.Random(f"sop:{seed}")
-    examples = NspExamples(info=in_order.info)
+    examples = Examples(info=in_order.info)
     for e in in_order:
+        if rng.random() >= 0.5:
+            examples.append(replace(e, next_sentence_label=IN_ORDER))
+            continue
         cls, sep = e.input_ids[0], e.input_ids[-1]
         a, b = e.input_ids[1:1 + e.a_len], e.input_ids[2 + e.a_len:-1]
-        swapped = rng.random() < 0.5
-        first, second = (b, a) if swapped else (a, b)
-        examples.append(SopExample(input_ids=[cls, *first, sep, *second, sep],
-                                   a_len=len(first), b_len=len(second), swapped=swapped,
-                                   doc_id=e.doc_id, doc_index=e.doc_index))
+        examples.append(replace(e, input_ids=[cls, *b, sep, *a, sep], a_len=len(b),
+                                next_sentence_label=SWAPPED, a_sentences=e.b_sentences,
+                                b_sentences=e.a_sentences, a_cut=e.b_cut, b_cut=e.a_cut))
     return examples

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,17 @@ from tokenizers import Tokenizer
 
 from bertlab.corpus import iter_corpus
 from bertlab.document import Document
-from bertlab.nsp import NspExample, PairBuilder, check_nsp_settings
+from bertlab.example import Example
+from bertlab.nsp import (
+    PairBuilder,
+    check_enough_documents,
+    check_nsp_settings,
+    other_doc_picker,
+    tokenize_corpus,
+)
 from bertlab.objectives import INPUTS, SINGLE
-from bertlab.single import SingleExample, check_single_settings, document_singles, single_pass_rng
-from bertlab.tokenizer import encode_sentences, special_ids
+from bertlab.single import check_single_settings, document_singles, single_pass_rng
+from bertlab.tokenizer import special_ids
 
 
 def iter_documents(
@@ -58,6 +66,39 @@ class _PackedDoc:
         return self.tokens[self.offsets[i] : self.offsets[i + 1]].tolist()
 
 
+@dataclass(frozen=True)
+class StreamOptions:
+    """How `StreamingNspBuilder` turns a stream of documents into examples, checked when built.
+
+    The example settings are `create_nsp_examples`' (`create_single_examples`' with
+    `segments="single"`), plus `include_title` (`tokenize_corpus`); `batch_docs`,
+    `reservoir_docs` and `batch_chars` bound the memory (see `StreamingNspBuilder`).
+    """
+
+    max_seq_len: int = 128
+    short_seq_prob: float = 0.1
+    balance: str = "exact"
+    dupe_factor: int = 1
+    include_title: bool = False
+    batch_docs: int = 256
+    reservoir_docs: int = 1000
+    batch_chars: int = 4_000_000
+    segments: str = "pairs"
+
+    def __post_init__(self) -> None:
+        if self.segments not in INPUTS:
+            raise ValueError(f"segments={self.segments!r} is not known; choose from "
+                             f"{', '.join(INPUTS)} (the CLI's prepare --segments)")
+        check = check_single_settings if self.segments == SINGLE else check_nsp_settings
+        check(self.max_seq_len, self.short_seq_prob, self.balance, self.dupe_factor)
+        if self.batch_docs < 2 or self.reservoir_docs < 1 or self.batch_chars < 1:
+            raise ValueError(
+                f"batch_docs={self.batch_docs}, reservoir_docs={self.reservoir_docs}, "
+                f"batch_chars={self.batch_chars}; pass batch_docs >= 2, reservoir_docs >= 1 "
+                f"and batch_chars >= 1"
+            )
+
+
 class StreamingNspBuilder:
     """Turns a stream of documents into NSP examples, holding only a bounded window in memory.
 
@@ -76,49 +117,40 @@ class StreamingNspBuilder:
     `segments="single"` yields single segments instead (`bertlab.single`: a document's sentences
     packed into [CLS] text [SEP], no pair label), the examples `create_single_examples` gives for
     the same documents and seed: they need no other document, so there is no reservoir, and
-    one document with text is enough.
+    one document with text is enough. `options` (`StreamOptions`) holds every setting but the
+    `seed`; `name` names the stream in errors.
     """
 
-    def __init__(
-        self, tokenizer: Tokenizer, *, max_seq_len: int = 128, short_seq_prob: float = 0.1,
-        seed: int = 0, balance: str = "exact", dupe_factor: int = 1, include_title: bool = False,
-        batch_docs: int = 256, reservoir_docs: int = 1000, batch_chars: int = 4_000_000,
-        name: str = "corpus", segments: str = "pairs",
-    ) -> None:
-        if segments not in INPUTS:
-            raise ValueError(f"segments={segments!r} is not known; choose from {', '.join(INPUTS)}")
-        check = check_single_settings if segments == SINGLE else check_nsp_settings
-        check(max_seq_len, short_seq_prob, balance, dupe_factor)
-        if batch_docs < 2 or reservoir_docs < 1 or batch_chars < 1:
-            raise ValueError(
-                f"batch_docs={batch_docs}, reservoir_docs={reservoir_docs}, "
-                f"batch_chars={batch_chars}; pass batch_docs >= 2, reservoir_docs >= 1 and "
-                f"batch_chars >= 1"
-            )
-        self.tokenizer, self.include_title, self.name = tokenizer, include_title, name
-        self.batch_docs, self.reservoir_docs, self.dupe_factor = batch_docs, reservoir_docs, dupe_factor
-        self.batch_chars, self.segments = batch_chars, segments
-        self.max_seq_len, self.short_seq_prob = max_seq_len, short_seq_prob
+    def __init__(self, tokenizer: Tokenizer, options: StreamOptions | None = None, *,
+                 seed: int = 0, name: str = "corpus") -> None:
+        options = StreamOptions() if options is None else options
+        if not isinstance(options, StreamOptions):
+            raise ValueError(f"options={options!r}; pass a bertlab.streaming.StreamOptions, e.g. "
+                             f"StreamOptions(max_seq_len=128)")
+        self.tokenizer, self.options, self.name = tokenizer, options, name
+        self.dupe_factor = options.dupe_factor
         self.special = special_ids(tokenizer)
         # Single segments: one random source per pass, as create_single_examples has.
-        self.single_rngs = [single_pass_rng(seed, k) for k in range(dupe_factor)]
-        self.window_tokens = 16 * max_seq_len
+        self.single_rngs = [single_pass_rng(seed, k) for k in range(options.dupe_factor)]
+        self.window_tokens = 16 * options.max_seq_len
         self.rng = random.Random(seed)
-        self.builder = PairBuilder(self.special, max_seq_len=max_seq_len,
-                                   short_seq_prob=short_seq_prob, balance=balance, rng=self.rng)
+        self.builder = PairBuilder(self.special, max_seq_len=options.max_seq_len,
+                                   short_seq_prob=options.short_seq_prob,
+                                   balance=options.balance, rng=self.rng)
         self.reservoir: list[tuple[int, _PackedDoc]] = []
         self.seen = 0  # documents with text so far; also the next document index
         self.doc_ids: list[str] = []  # ids of the documents indexed since the last take_doc_ids
         self.pending: list[Document] = []
         self.pending_chars = 0
 
-    def add(self, doc: Document) -> Iterator[NspExample | SingleExample]:
+    def add(self, doc: Document) -> Iterator[Example]:
         """Queue a document; yield the examples of a batch when one is full."""
         self.pending.append(doc)
         self.pending_chars += sum(len(s) for s in doc.sentences)
-        if self.include_title and doc.title:
+        if self.options.include_title and doc.title:
             self.pending_chars += len(doc.title)
-        if len(self.pending) >= self.batch_docs or self.pending_chars >= self.batch_chars:
+        if (len(self.pending) >= self.options.batch_docs
+                or self.pending_chars >= self.options.batch_chars):
             yield from self._flush()
 
     def take_doc_ids(self) -> list[str]:
@@ -129,7 +161,7 @@ class StreamingNspBuilder:
         ids, self.doc_ids = self.doc_ids, []
         return ids
 
-    def finish(self) -> Iterator[NspExample | SingleExample]:
+    def finish(self) -> Iterator[Example]:
         """Yield the examples of the last, partial batch; raise if the stream had < 2 documents
         (pairs) or none (single segments)."""
         yield from self._flush(final=True)
@@ -149,67 +181,49 @@ class StreamingNspBuilder:
         """Return the pending documents tokenized, as (index, id, sentence ids) for each one
         with text (indexed here, in order), and forget them."""
         docs, self.pending, self.pending_chars = self.pending, [], 0
-        texts, counts = [], []
-        for doc in docs:
-            sents = ([doc.title] if self.include_title and doc.title else []) + list(doc.sentences)
-            texts.extend(sents)
-            counts.append(len(sents))
-        ids = encode_sentences(self.tokenizer, texts) if texts else []
+        corpus = tokenize_corpus(docs, self.tokenizer, include_title=self.options.include_title)
         batch: list[tuple[int, str, list[list[int]]]] = []
-        pos = 0
-        for doc, n in zip(docs, counts, strict=True):
-            sents = [s for s in ids[pos : pos + n] if s]
-            pos += n
+        for doc_id, sents in zip(corpus.doc_ids, corpus.sentences, strict=True):
             if sents:
-                batch.append((self.seen, doc.id, sents))
-                self.doc_ids.append(doc.id)
+                batch.append((self.seen, doc_id, sents))
+                self.doc_ids.append(doc_id)
                 self.seen += 1
         return batch
 
-    def _flush(self, final: bool = False) -> Iterator[NspExample | SingleExample]:
+    def _flush(self, final: bool = False) -> Iterator[Example]:
         batch = self._tokenized_batch()
-        single = self.segments == SINGLE
-        if final and self.seen < (1 if single else 2):
-            what = "no document with text" if self.seen == 0 else "1 document"
-            need = ("single segments need at least 1" if single else
-                    "NSP needs at least 2 (negatives come from other documents)")
-            raise ValueError(f"{self.name} has {what}; {need}")
+        single = self.options.segments == SINGLE
+        if final:
+            check_enough_documents(self.seen, self.name, negatives=not single)
         if single:
             for draw, rng in enumerate(self.single_rngs):
                 for d, doc_id, sents in batch:
                     yield from document_singles(self.special, d, doc_id, sents, rng=rng,
-                                                max_seq_len=self.max_seq_len,
-                                                short_seq_prob=self.short_seq_prob, draw=draw)
+                                                max_seq_len=self.options.max_seq_len,
+                                                short_seq_prob=self.options.short_seq_prob,
+                                                draw=draw)
             return
-        pool = self.reservoir + [(d, sents) for d, _, sents in batch]
-        slot = {d: i for i, (d, _) in enumerate(pool)}
-
-        def pick_other(rng: random.Random, doc_index: int) -> tuple[int, Any]:
-            k = rng.randint(0, len(pool) - 2)  # uniform over the pool minus A's own document
-            if k >= slot[doc_index]:
-                k += 1
-            return pool[k]
-
+        # NotNext B: from the reservoir of earlier documents or the rest of this batch.
+        pick_other = other_doc_picker(self.reservoir + [(d, sents) for d, _, sents in batch])
         for draw in range(self.dupe_factor):
             for d, doc_id, sents in batch:
-                for ex in self.builder.document(d, doc_id, sents, pick_other):
-                    ex.draw = draw
-                    yield ex
+                yield from self.builder.document(d, doc_id, sents, pick_other, draw)
         for d, _, sents in batch:  # reservoir sampling (Algorithm R) over all documents so far
-            if len(self.reservoir) < self.reservoir_docs:
+            if len(self.reservoir) < self.options.reservoir_docs:
                 self.reservoir.append((d, _PackedDoc(self._window(sents))))
             else:
                 j = self.rng.randint(0, d)
-                if j < self.reservoir_docs:
+                if j < self.options.reservoir_docs:
                     self.reservoir[j] = (d, _PackedDoc(self._window(sents)))
 
 
 def stream_nsp_examples(
-    source: str | Path | Iterable[Document], tokenizer: Tokenizer, **options: Any
-) -> Iterator[NspExample]:
-    """Yield NSP examples from a stream of documents (`StreamingNspBuilder` options), memory bounded.
-    """
-    builder = StreamingNspBuilder(tokenizer, **options)
+    source: str | Path | Iterable[Document], tokenizer: Tokenizer,
+    options: StreamOptions | None = None, *, seed: int = 0,
+) -> Iterator[Example]:
+    """Yield the examples of a stream of documents (`StreamingNspBuilder` with `options` and
+    `seed`), memory bounded."""
+    builder = StreamingNspBuilder(tokenizer, options, seed=seed)
     for doc in iter_documents(source):
         yield from builder.add(doc)
     yield from builder.finish()

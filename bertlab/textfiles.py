@@ -57,7 +57,8 @@ def decode_utf8(data: bytes, name: str, errors: str, offset: int = 0) -> str:
         raise ValueError(
             f"file '{name}' is not valid UTF-8 at byte offset {offset + exc.start} "
             f"(bytes {data[exc.start:exc.start + 4]!r}); convert it to UTF-8, or pass "
-            f"errors='replace' to load it with U+FFFD in place of the bad bytes"
+            f"errors='replace' (--encoding-errors replace) to load it with U+FFFD in place of "
+            f"the bad bytes"
         ) from None
 
 

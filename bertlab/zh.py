@@ -12,9 +12,9 @@ The glue between that segmentation and the pretraining pipeline:
 * `segment_corpus`: token ids per sentence (what `create_nsp_examples` takes) plus one word
   index per token, from the same encodings;
 * `nsp_word_ids`: the word ids of one NSP example, [CLS] A [SEP] B [SEP], truncation included;
-* `bertlab.data.pretraining_loader(examples, tok, split=None, word_ids=..., whole_word=...)`
-  then masks by these words, or character by character with the same data and seeds for a fair
-  comparison;
+* `bertlab.data.pretraining_loader(examples, tok, split=None, word_ids=...)` with
+  `LoaderOptions(whole_word=...)` then masks by these words, or character by character with the
+  same data and seeds for a fair comparison;
 * `whole_word_counts` / `whole_word_scores`: the whole-word masked-LM accuracy.
 
 Taught in notebooks/08_chinese_bert.ipynb.
@@ -31,8 +31,9 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab.document import Document
+from bertlab.example import Example
 from bertlab.masking import IGNORE_INDEX
-from bertlab.nsp import NspExample, TokenizedCorpus
+from bertlab.nsp import TokenizedCorpus
 from bertlab.tokenizer import chinese_word_ids
 
 # --------------------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def _side_word_ids(corpus: SegmentedCorpus, doc: int, span: tuple[int, int],
     return ids[cut[0] : len(ids) - cut[1]]  # the tokens truncation removed, front and back
 
 
-def nsp_word_ids(example: NspExample, corpus: SegmentedCorpus) -> list[int | None]:
+def nsp_word_ids(example: Example, corpus: SegmentedCorpus) -> list[int | None]:
     """Return one word index per token of the example ([CLS] A [SEP] B [SEP]); None at specials.
 
     A comes from sentences `a_sentences` of document `doc_index`, B from `b_sentences` of
@@ -187,7 +188,8 @@ def _word_batches(loader: Any, max_batches: int | None, caller: str) -> Iterator
             return
         if "word_ids" not in batch:
             raise ValueError(f"{caller}: batches need 'word_ids'; build the loader with "
-                             f"pretraining_loader(..., word_ids=..., return_word_ids=True)")
+                             f"pretraining_loader(..., word_ids=..., "
+                             f"options=LoaderOptions(return_word_ids=True))")
         yield batch
 
 

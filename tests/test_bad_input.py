@@ -278,12 +278,16 @@ CASES = [
     ("pretrain-max-seq-len-past-512-positions",
      "pretrain --corpus {corpus} --out {root}/new TINY --max-seq-len 100000",
      ["--max-seq-len 100000", "--max-position-embeddings 512", "--max-position-embeddings 100000"]),
-    # a setting named by the flag the user typed
+    # a setting named as the library knows it and by the flag the user typed
     ("pretrain-lr-negative", "pretrain --corpus {corpus} --out {root}/new TINY --lr -1",
-     ["--lr must be a positive number"]),
+     ["TrainConfig.lr (--lr) must be a positive number", "-1.0"]),
     ("pretrain-warmup-past-the-run",
      "pretrain --corpus {corpus} --out {root}/new TINY --warmup-steps 5",
-     ["--warmup-steps=5", "max_steps=2"]),
+     ["warmup_steps=5 (--warmup-steps)", "max_steps=2 (--max-steps)"]),
+    ("pretrain-no-budget", "pretrain --corpus {corpus} --out {root}/new TINY --max-steps none",
+     ["needs a budget", "--max-steps", "--max-minutes"]),
+    ("pretrain-schedule-unknown", "pretrain --corpus {corpus} --out {root}/new TINY --schedule steps",
+     ["TrainConfig.schedule='steps' (--schedule) is not one of linear, cosine, constant"]),
     # a resume that would continue with other settings than the run's
     ("pretrain-resume-with-another-lr", "pretrain --corpus {corpus} --out {run} --resume TINY --lr 0.5",
      ["--resume", "trained with lr 0.001", "has 0.5", "pass --lr 0.001"]),
@@ -509,21 +513,23 @@ CASES = [
      "--vocab-size 300 --max-seq-len 64 --pair-draws 1 --no-progress",
      ["batch_size=256 is larger than the", "training examples", "--batch-size"]),
     ("pretrain-eps-inf", "pretrain --corpus {corpus} --out {root}/new TINY --eps inf",
-     ["--eps must be a positive number", "inf"]),
+     ["TrainConfig.eps (--eps) must be a positive number", "inf"]),
     ("pretrain-minutes-inf", "pretrain --corpus {corpus} --out {root}/new TINY --minutes inf",
-     ["--max-minutes must be a positive number or None", "inf"]),
+     ["TrainConfig.max_minutes (--max-minutes) must be a positive number or None", "inf"]),
     ("pretrain-weight-decay-nan",
      "pretrain --corpus {corpus} --out {root}/new TINY --weight-decay nan",
-     ["--weight-decay must be a number >= 0", "nan"]),
+     ["TrainConfig.weight_decay (--weight-decay) must be a number >= 0", "nan"]),
     ("pretrain-muon-lr-inf",
      "pretrain --corpus {corpus} --out {root}/new TINY --optimizer muon --muon-lr inf",
-     ["--muon-lr must be a positive number", "inf"]),
+     ["TrainConfig.muon_lr (--muon-lr) must be a positive number", "inf"]),
     ("pretrain-pair-draws-beyond-memory",
      "pretrain --corpus {corpus} --out {root}/new TINY --pair-draws 100000",
      ["pair_draws=100000 (--pair-draws)", "in memory before the first step", "GiB",
       "prepare --pair-draws K"]),
     ("finetune-epochs-inf", "finetune {run} --methods tf-idf --epochs inf",
-     ["--epochs must be a positive number", "inf"]),
+     ["FinetuneConfig.epochs (--epochs) must be a positive number", "inf"]),
+    ("finetune-max-seq-len-2", "finetune {run} --methods tf-idf --max-seq-len 2",
+     ["FinetuneConfig.max_seq_len=2 (--max-seq-len)", "at least 3"]),
     ("demo-finetune-epochs-inf", "demo --out {root}/new --finetune-epochs inf",
      ["--finetune-epochs inf", "positive number"]),
     ("finetune-task-too-small-to-split", "finetune {run} --task {small_task} --methods tf-idf",
@@ -555,16 +561,18 @@ def test_parquet_without_pyarrow_names_the_extra(world, capsys, monkeypatch):
         path.unlink()
 
 
-def test_finetune_does_not_suggest_a_flag_it_lacks(world, capsys):
-    # prepare and pretrain have --encoding-errors; finetune reads its task as UTF-8 only.
+def test_finetune_reads_a_task_that_is_not_utf8_as_the_message_says(world, capsys):
+    # Every command that reads text has --encoding-errors, so the library's advice holds for all.
     before = snapshot(world["root"])
-    assert main(["finetune", world["run"], "--task", world["latin1_task"],
-                 "--methods", "tf-idf"]) == 2
-    err = capsys.readouterr().err
-    assert_one_clear_error(err, ["sport1.txt", "not valid UTF-8", "convert it to UTF-8",
-                                 "reads UTF-8 text only"])
-    assert "--encoding-errors" not in err and "errors='replace'" not in err, err
+    command = ["finetune", world["run"], "--task", world["latin1_task"], "--methods", "tf-idf"]
+    assert main(command) == 2
+    assert_one_clear_error(capsys.readouterr().err, [
+        "sport1.txt", "not valid UTF-8", "convert it to UTF-8",
+        "errors='replace' (--encoding-errors replace)"])
     assert_unchanged(before, snapshot(world["root"]))
+    # With the flag the file reads; this task (training documents only) is then too small.
+    assert main([*command, "--encoding-errors", "replace"]) == 2
+    assert_one_clear_error(capsys.readouterr().err, ["is too small", "test split"])
 
 
 def test_a_refusal_once_the_process_group_is_up_closes_it(world, capsys, monkeypatch):
@@ -793,13 +801,13 @@ def test_a_second_interrupt_during_the_save_says_what_is_complete_on_disk(
         real_write(tmp, *args)
         raise KeyboardInterrupt
 
-    def ctrl_c_after(model, batch, totals, **kwargs):  # the first Ctrl-C, between two steps
+    def ctrl_c_after(model, batch, totals, *args, **kwargs):  # the first Ctrl-C, between steps
         calls["loss"] += 1
         if calls["loss"] > steps_before:
             monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files",
                                 half_written_then_ctrl_c)
             raise KeyboardInterrupt
-        return real_loss(model, batch, totals, **kwargs)
+        return real_loss(model, batch, totals, *args, **kwargs)
 
     monkeypatch.setattr(pretraining_mod, "pretraining_loss", ctrl_c_after)
     before = _assert_every_checkpoint_loads(out)

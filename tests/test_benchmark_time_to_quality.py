@@ -7,7 +7,7 @@ import torch
 
 import bertlab as bl
 from bertlab.course.cloze import CLOZE_SET, cloze_score
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.hf import from_hf_state_dict
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertConfig, BertForPreTraining
@@ -36,7 +36,8 @@ def test_wrapped_transformers_model_gets_bertlab_scores_of_the_same_weights(scri
     assert missing == []
     ours = BertForPreTraining(cfg)
     ours.load_state_dict(state)
-    val = pretraining_loader(docs, tok, split=None, batch_size=4, max_seq_len=48, seed=0)
+    val = pretraining_loader(docs, tok, split=None, seed=0,
+                             options=LoaderOptions(batch_size=4, max_seq_len=48))
     got, want = evaluate(theirs, val, 2), evaluate(ours.eval(), val, 2)
     assert got.keys() == want.keys() and "mask_accuracy" in got
     assert got == pytest.approx(want, rel=1e-4, abs=1e-5)
@@ -47,7 +48,8 @@ def test_wrapped_transformers_model_gets_bertlab_scores_of_the_same_weights(scri
 
 def test_transformers_loader_has_the_bertlab_loaders_examples_in_its_order(script, setup):
     docs, tok = setup
-    ours = pretraining_loader(docs, tok, split=None, batch_size=4, max_seq_len=48, seed=3)
+    ours = pretraining_loader(docs, tok, split=None, seed=3,
+                              options=LoaderOptions(batch_size=4, max_seq_len=48))
     theirs = script.hf_loader(ours, tok, seed=3)
     for _ in range(2):  # two epochs: the order is reshuffled alike
         for i, (a, b) in enumerate(zip(ours, theirs, strict=False)):

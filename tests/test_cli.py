@@ -160,8 +160,9 @@ def test_one_sentence_documents_train_masked_lm_alone_as_single_segments(tmp_pat
 
 @pytest.mark.parametrize("extra, message", [
     (["--preset", "huge"], "unknown preset 'huge'"),
-    (["--batch-size", "7", "--grad-accum", "2"], "not divisible by grad_accum=2"),
-    (["--schedule", "steps"], "schedule='steps' is not one of"),
+    (["--batch-size", "7", "--grad-accum", "2"],
+     "batch_size=7 (--batch-size) is not divisible by grad_accum=2 (--grad-accum)"),
+    (["--schedule", "steps"], "schedule='steps' (--schedule) is not one of"),
     (["--group-by-length", "0"], "--group-by-length 0: pass how many batches"),
     (["--pair-draws", "0"], "pair_draws=0; pass a whole number >= 1"),
 ])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from bertlab.data import (
     BATCH_KEYS,
     EpochLoader,
     EpochShuffleSampler,
+    LoaderOptions,
     NspDataset,
     PretrainingCollator,
     ShardedEpochSampler,
@@ -91,12 +93,12 @@ def test_mask_depends_on_seed_epoch_index_not_on_the_batch(setup):
 def test_static_masks_are_fixed_and_cycle_with_dupe_factor(setup):
     tok, _, examples = setup
     collate = PretrainingCollator(tok)
-    static = NspDataset(examples, masking="static")
+    static = NspDataset(examples, mask_schedule="static")
     first = masked_rows(collate([static[i] for i in range(8)]))
     for epoch in (1, 5):
         static.set_epoch(epoch)
         assert masked_rows(collate([static[i] for i in range(8)])) == first
-    cycled = NspDataset(examples, masking="static", dupe_factor=2)
+    cycled = NspDataset(examples, mask_schedule="static", dupe_factor=2)
     seen = []
     for epoch in range(3):
         cycled.set_epoch(epoch)
@@ -226,27 +228,32 @@ def test_epoch_loader_moves_any_dataset_and_sampler_to_the_next_epoch():
 
 def test_loader_advances_epochs_and_set_epoch_reproduces(setup):
     tok, small, _ = setup
-    loader = pretraining_loader(small, tok, batch_size=16, max_seq_len=64, split=None)
+    loader = pretraining_loader(small, tok, split=None,
+                                options=LoaderOptions(batch_size=16, max_seq_len=64))
     epoch0 = all_batches(loader)
     epoch1 = all_batches(loader)
     assert loader.epoch == 1 and epoch0 != epoch1
     loader.set_epoch(0)
     assert all_batches(loader) == epoch0
     # Same examples, same order within an epoch, whatever the number of workers.
-    workers = pretraining_loader(small, tok, batch_size=16, max_seq_len=64, split=None, num_workers=2)
+    workers = pretraining_loader(small, tok, split=None,
+                                 options=LoaderOptions(batch_size=16, max_seq_len=64,
+                                                       num_workers=2))
     assert all_batches(workers) == epoch0
 
 
 def test_distributed_ranks_see_the_same_masks_as_one_process(setup):
     tok, _, examples = setup
-    single = pretraining_loader(examples, tok, split=None, batch_size=len(examples), shuffle=False)
+    single = pretraining_loader(examples, tok, split=None,
+                                options=LoaderOptions(batch_size=len(examples), shuffle=False))
     single.set_epoch(3)
     rows = masked_rows(next(iter(single)))
     for rank in (0, 1):
         def make(ds, rank=rank):
             return DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=False)
 
-        loader = pretraining_loader(examples, tok, split=None, batch_size=4, sampler=make)
+        loader = pretraining_loader(examples, tok, split=None,
+                                    options=LoaderOptions(batch_size=4, sampler=make))
         loader.set_epoch(3)
         got = [r for b in loader for r in masked_rows(b)]
         want = [rows[i % len(rows)] for i in range(rank, 2 * len(got), 2)][: len(got)]
@@ -255,12 +262,13 @@ def test_distributed_ranks_see_the_same_masks_as_one_process(setup):
 
 def test_loader_splits_and_default_masking(setup):
     tok, small, _ = setup
-    train = pretraining_loader(small, tok, max_seq_len=64)
-    val = pretraining_loader(small, tok, max_seq_len=64, split="validation", shuffle=False)
+    train = pretraining_loader(small, tok, options=LoaderOptions(max_seq_len=64))
+    val = pretraining_loader(small, tok, split="validation",
+                             options=LoaderOptions(max_seq_len=64, shuffle=False))
     groups = split_documents(small)
     assert {e.doc_id for e in train.dataset.examples} <= {d.id for d in groups["train"]}
     assert {e.doc_id for e in val.dataset.examples} <= {d.id for d in groups["validation"]}
-    assert (train.dataset.masking, val.dataset.masking) == ("dynamic", "static")
+    assert (train.dataset.mask_schedule, val.dataset.mask_schedule) == ("dynamic", "static")
     assert all_batches(val) == all_batches(val)  # evaluation sees the same masks every time
     labels = {int(x) for b in train for x in b["next_sentence_label"]}
     assert labels == {IS_NEXT, NOT_NEXT}
@@ -269,16 +277,17 @@ def test_loader_splits_and_default_masking(setup):
 def test_loader_with_word_ids_keeps_static_masks_and_samplers(setup):
     tok, _, examples = setup
     words = [fake_word_ids(e) for e in examples]
-    options = dict(split=None, word_ids=words, whole_word=True, shuffle=False, batch_size=16,
-                   return_word_ids=True)
-    cycled = pretraining_loader(examples, tok, masking="static", dupe_factor=2, **options)
+    options = LoaderOptions(whole_word=True, shuffle=False, batch_size=16, return_word_ids=True)
+    cycled = pretraining_loader(examples, tok, split=None, word_ids=words, options=replace(
+        options, mask_schedule="static", dupe_factor=2))
     seen = [masked_rows(next(iter(cycled))) for _ in range(3)]
     assert seen[0] == seen[2] != seen[1]
-    single = pretraining_loader(examples, tok, **options)
+    single = pretraining_loader(examples, tok, split=None, word_ids=words, options=options)
     rows = [r for b in single for r in masked_rows(b)]
     for rank in (0, 1):
-        ranked = pretraining_loader(examples, tok, sampler=lambda ds, r=rank: DistributedSampler(
-            ds, num_replicas=2, rank=r, shuffle=False), **options)
+        ranked = pretraining_loader(examples, tok, split=None, word_ids=words, options=replace(
+            options, sampler=lambda ds, r=rank: DistributedSampler(
+                ds, num_replicas=2, rank=r, shuffle=False)))
         got = [r for b in ranked for r in masked_rows(b)]
         assert got == [rows[i % len(rows)] for i in range(rank, 2 * len(got), 2)][: len(got)]
     with pytest.raises(ValueError, match="word_ids go with the NSP examples"):
@@ -289,15 +298,17 @@ def test_loader_errors(setup):
     tok, small, examples = setup
     with pytest.raises(ValueError, match="pass split=None"):
         pretraining_loader(examples, tok)
-    with pytest.raises(ValueError, match="only applies to masking='static'"):
-        pretraining_loader(examples, tok, split=None, dupe_factor=3)
-    with pytest.raises(ValueError, match="masking='random' is not known"):
-        pretraining_loader(examples, tok, split=None, masking="random")
+    with pytest.raises(ValueError, match="only applies to mask_schedule='static'"):
+        pretraining_loader(examples, tok, split=None, options=LoaderOptions(dupe_factor=3))
+    with pytest.raises(ValueError, match="mask_schedule='random' is not known"):
+        pretraining_loader(examples, tok, split=None, options=LoaderOptions(mask_schedule="random"))
+    with pytest.raises(ValueError, match="pass a bertlab.data.LoaderOptions"):
+        pretraining_loader(examples, tok, split=None, options={"batch_size": 8})
     with pytest.raises(ValueError, match="split='dev' is not known"):
         pretraining_loader(small, tok, split="dev")
     with pytest.raises(ValueError, match="sampler='ddp'"):
-        pretraining_loader(examples, tok, split=None, sampler="ddp")
-    with pytest.raises(ValueError, match="takes Documents, NspExamples or a shard folder"):
+        pretraining_loader(examples, tok, split=None, options=LoaderOptions(sampler="ddp"))
+    with pytest.raises(ValueError, match=r"takes Documents, Examples \(bertlab.example\) or a "):
         pretraining_loader([1, 2, 3], tok)
     with pytest.raises(ValueError, match="no 'test' documents"):
         pretraining_loader([d for d in small if d.split == "train"], tok, split="test")
@@ -308,10 +319,11 @@ def test_sharded_sampler_splits_the_single_process_order(setup):
     # Two ranks with batch 4 see, batch by batch, exactly the examples of one process with
     # batch 8 (the default shuffled order), epoch after epoch.
     tok, _, examples = setup
-    single = pretraining_loader(examples, tok, split=None, batch_size=8, seed=5)
-    ranks = [pretraining_loader(examples, tok, split=None, batch_size=4, seed=5,
-                                sampler=lambda ds, r=r: ShardedEpochSampler(
-                                    ds, num_replicas=2, rank=r, seed=5))
+    single = pretraining_loader(examples, tok, split=None, seed=5,
+                                options=LoaderOptions(batch_size=8))
+    ranks = [pretraining_loader(examples, tok, split=None, seed=5, options=LoaderOptions(
+                 batch_size=4, sampler=lambda ds, r=r: ShardedEpochSampler(
+                     ds, num_replicas=2, rank=r, seed=5)))
              for r in (0, 1)]
     for epoch in (0, 2):
         for loader in (single, *ranks):

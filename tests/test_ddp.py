@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from bertlab.corpus import load_corpus
-from bertlab.data import ShardedEpochSampler, pretraining_loader
+from bertlab.data import LoaderOptions, ShardedEpochSampler, pretraining_loader
 from bertlab.device import close_distributed
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
@@ -49,8 +49,9 @@ def _run(rank: int, world: int, out: str, tok, examples) -> list[float]:
     def sampler(dataset):
         return ShardedEpochSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
 
-    train = pretraining_loader(examples, tok, split=None, batch_size=GLOBAL_BATCH // world,
-                               seed=0, sampler=sampler if world > 1 else None)
+    train = pretraining_loader(examples, tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=GLOBAL_BATCH // world,
+                                                     sampler=sampler if world > 1 else None))
     # Dropout off: each process has its own dropout stream, so with dropout the runs would
     # differ by design.
     config = BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(), hidden_size=32,
@@ -117,3 +118,27 @@ def test_torchrun_cli_runs_two_processes(tmp_path):
     history = json.loads((out / "history.json").read_text())
     assert [row["step"] for row in history] == [0, 3]
     assert "val_mlm_accuracy" in history[-1]
+
+
+@pytest.mark.slow
+def test_torchrun_refuses_a_batch_that_does_not_split_before_writing(tmp_path):
+    # Each of 2 processes would load 3.5 examples of a batch of 7: the library refuses it, naming
+    # the flag, before the run folder is made.
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i, doc in enumerate(load_corpus("bbc")[:40]):
+        (corpus / f"doc{i:02d}.txt").write_text(doc.text)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+           "--master_port", str(_free_port()), "-m", "bertlab", "pretrain",
+           "--corpus", str(corpus), "--out", str(out), "--vocab-size", "300",
+           "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+           "--intermediate-size", "64", "--max-steps", "3", "--batch-size", "7",
+           "--no-progress", "--device", "cpu"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and all("TrainConfig.batch_size=7 (--batch-size)" in e and "2 process(es)" in e
+                          and "multiple of 2" in e for e in errors), done.stderr
+    assert not out.exists()  # (torchrun adds its own traceback of the failed processes)

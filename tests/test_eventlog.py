@@ -10,7 +10,7 @@ import pytest
 
 from bertlab.cli import build_parser, main
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.eventlog import TensorBoardMissingError, scalar_tag
 from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import pretrain
@@ -36,9 +36,11 @@ def examples(tok):
 
 
 def _loaders(examples, tok):
-    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
-    val = pretraining_loader(examples[:48], tok, split=None, batch_size=8, shuffle=False,
-                             masking="static")
+    train = pretraining_loader(examples[:40], tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8))
+    val = pretraining_loader(examples[:48], tok, split=None,
+                             options=LoaderOptions(batch_size=8, shuffle=False,
+                                                   mask_schedule="static"))
     return train, val
 
 

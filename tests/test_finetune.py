@@ -14,6 +14,7 @@ from bertlab.classifier import BertForSequenceClassification
 from bertlab.document import Document
 from bertlab.downstream import (
     ClassificationResult,
+    ProbeConfig,
     classification_metrics,
     cls_features,
     document_chunks,
@@ -209,10 +210,11 @@ def test_a_train_config_drives_the_loop_as_given(corpus, tok, small_config):
 def test_probe_and_baselines_share_one_result_structure(corpus, tok, small_config):
     model = BertForPreTraining(small_config, generator=torch.Generator().manual_seed(0))
     results = [
-        linear_probe(model, corpus, tokenizer=tok, max_seq_len=16),
-        linear_probe(model, corpus, tokenizer=tok, max_seq_len=16, pooling="cls", k_per_class=8),
-        tfidf_baseline(corpus, tokenizer=tok, max_seq_len=16),
-        tfidf_baseline(corpus, max_seq_len=None, k_per_class=8, seed=3),
+        linear_probe(model, corpus, tokenizer=tok, config=ProbeConfig(max_seq_len=16)),
+        linear_probe(model, corpus, tokenizer=tok, config=ProbeConfig(max_seq_len=16, pooling="cls"),
+                     k_per_class=8),
+        tfidf_baseline(corpus, tokenizer=tok, config=ProbeConfig(max_seq_len=16)),
+        tfidf_baseline(corpus, config=ProbeConfig(max_seq_len=None, seed=3), k_per_class=8),
         from_scratch(small_config, corpus, tokenizer=tok,
                      config=dataclasses.replace(FAST, min_steps=2)),
     ]
@@ -226,6 +228,19 @@ def test_probe_and_baselines_share_one_result_structure(corpus, tok, small_confi
     assert results[2].accuracy >= 0.9  # TF-IDF finds the topic words
     table = format_table(results)
     assert "linear probe (pooled)" in table and "TF-IDF" in table and "from scratch" in table
+
+
+def test_the_split_scored_is_a_setting_of_every_method(corpus, tok, small_config):
+    validation = sum(d.split == "validation" for d in corpus)
+    assert validation > 0
+    results = [
+        tfidf_baseline(corpus, tokenizer=tok,
+                       config=ProbeConfig(max_seq_len=16, eval_split="validation")),
+        from_scratch(small_config, corpus, tokenizer=tok, config=dataclasses.replace(
+            FAST, min_steps=2, epochs=0.1, eval_split="validation")),
+    ]
+    for r in results:
+        assert r.split == "validation" and len(r.predictions) == validation
 
 
 def test_cls_features_read_pooled_raw_and_mean(corpus, tok, small_config):
@@ -255,8 +270,12 @@ def test_misaligned_labels_are_refused(corpus, tok, small_config):
 def test_unknown_task_and_bad_settings_are_refused(corpus, tok):
     with pytest.raises(ValueError, match=r"task 'imdb' is neither a known task \(bbc-topic\)"):
         load_task("imdb")
-    with pytest.raises(ValueError, match="pooling"):
-        linear_probe(None, corpus, tokenizer=tok, pooling="max")
+    with pytest.raises(ValueError, match="ProbeConfig.pooling='max'; choose one of pooled"):
+        ProbeConfig(pooling="max")
+    with pytest.raises(ValueError, match="max_seq_len=None reads whole documents"):
+        linear_probe(None, corpus, tokenizer=tok, config=ProbeConfig(max_seq_len=None))
+    with pytest.raises(ValueError, match=r"ProbeConfig.C must be a positive number or None"):
+        ProbeConfig(C=0.0)
     with pytest.raises(ValueError, match="split='train'"):
         tfidf_baseline([d for d in corpus if d.split != "train"], tokenizer=tok)
     with pytest.raises(ValueError, match="max_seq_len"):
@@ -264,10 +283,12 @@ def test_unknown_task_and_bad_settings_are_refused(corpus, tok):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"epochs": float("inf")}, "epochs must be a positive number, got inf"),
-    ({"epochs": float("nan")}, "epochs must be a positive number, got nan"),
-    ({"lr": float("inf")}, "lr must be a positive number, got inf"),
-    ({"weight_decay": float("nan")}, "weight_decay must be a number >= 0, got nan"),
+    # A setting the finetune command has a flag for names it too; the others have none.
+    ({"epochs": float("inf")}, r"FinetuneConfig.epochs \(--epochs\) must be a positive number, "
+                               r"got inf"),
+    ({"epochs": float("nan")}, r"epochs \(--epochs\) must be a positive number, got nan"),
+    ({"lr": float("inf")}, r"lr \(--lr\) must be a positive number, got inf"),
+    ({"weight_decay": float("nan")}, "FinetuneConfig.weight_decay must be a number >= 0, got nan"),
     ({"warmup_fraction": 1.0}, r"warmup_fraction must be in \[0, 1\)"),
 ])
 def test_finetune_settings_are_finite(settings, message):

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import bertlab as bl
-from bertlab.data import LengthGroupedBatchSampler, pretraining_loader
-from bertlab.pretraining import unpadded_inputs
+from bertlab.data import LengthGroupedBatchSampler, LoaderOptions, pretraining_loader
+from bertlab.fast import fast_inputs
 from bertlab.resume import DataPosition
-from bertlab.shards import prepare_shards
+from bertlab.shards import PrepareOptions, prepare_shards
+from bertlab.streaming import StreamOptions
 
 
 @pytest.fixture(scope="module")
@@ -25,16 +26,18 @@ def padding_and_unmasked(loader):
     for batch in loader:
         positions += batch["input_ids"].numel()
         real += int(batch["attention_mask"].sum())
-        unmasked += "attention_mask" not in unpadded_inputs(batch)
+        unmasked += "attention_mask" not in fast_inputs(batch)
         batches += 1
     return 1 - real / positions, unmasked / batches
 
 
 def test_grouped_batches_use_every_pair_once_and_pad_far_less(setup):
     tok, docs = setup
-    plain = pretraining_loader(docs, tok, split=None, batch_size=32, seed=0, pad_to_multiple_of=8)
-    grouped = pretraining_loader(docs, tok, split=None, batch_size=32, seed=0,
-                                 pad_to_multiple_of=8, group_by_length=8)
+    plain = pretraining_loader(docs, tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=32, pad_to_multiple_of=8))
+    grouped = pretraining_loader(docs, tok, split=None, seed=0,
+                                 options=LoaderOptions(batch_size=32, pad_to_multiple_of=8,
+                                                       group_by_length=8))
     order = [i for batch in grouped.batch_sampler for i in batch]
     assert sorted(order) == list(range(len(grouped.dataset)))  # each pair once, none lost
     assert len(list(grouped)) == len(grouped)
@@ -50,8 +53,9 @@ def test_grouped_batches_use_every_pair_once_and_pad_far_less(setup):
 
 def test_grouped_epochs_are_reproducible_resumable_and_differ(setup):
     tok, docs = setup
-    make = lambda: pretraining_loader(docs, tok, split=None, batch_size=16, seed=3,  # noqa: E731
-                                      group_by_length=4, pair_draws=2)
+    make = lambda: pretraining_loader(docs, tok, split=None, seed=3,  # noqa: E731
+                                      options=LoaderOptions(batch_size=16, group_by_length=4,
+                                                            pair_draws=2))
     loader = make()
     epochs = [[b["input_ids"].tolist() for b in loader] for _ in range(3)]
     assert epochs[0] != epochs[1] and epochs[1] != epochs[2]
@@ -62,9 +66,10 @@ def test_grouped_epochs_are_reproducible_resumable_and_differ(setup):
 
 def test_ddp_ranks_split_each_grouped_global_batch(setup, tmp_path):
     tok, docs = setup
-    prepare_shards(docs, tok, tmp_path / "s", max_seq_len=64, splits=None)
-    single = pretraining_loader(tmp_path / "s", tok, split=None, batch_size=16, seed=1,
-                                group_by_length=4)
+    prepare_shards(docs, tok, tmp_path / "s",
+                   PrepareOptions(StreamOptions(max_seq_len=64), splits=None))
+    single = pretraining_loader(tmp_path / "s", tok, split=None, seed=1,
+                                options=LoaderOptions(batch_size=16, group_by_length=4))
     ranks = [LengthGroupedBatchSampler(single.dataset, 8, seed=1, group_batches=4, world=2,
                                        rank=r) for r in (0, 1)]
     for epoch in (0, 1):
@@ -83,7 +88,9 @@ def test_grouping_refuses_what_it_would_override(setup):
     for bad in ({"shuffle": False}, {"drop_last": True},
                 {"sampler": lambda ds: torch.utils.data.SequentialSampler(ds)}):
         with pytest.raises(ValueError, match="group_by_length orders the batches itself"):
-            pretraining_loader(docs[:40], tok, split=None, group_by_length=8, **bad)
+            pretraining_loader(docs[:40], tok, split=None,
+                               options=LoaderOptions(group_by_length=8, **bad))
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="group_by_length="):
-            pretraining_loader(docs[:40], tok, split=None, group_by_length=bad)
+            pretraining_loader(docs[:40], tok, split=None,
+                               options=LoaderOptions(group_by_length=bad))

@@ -22,7 +22,7 @@ from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
     IGNORE_INDEX,
     Decision,
-    check_mask_options,
+    MaskingConfig,
     label_targets,
     mask_tokens,
     mask_tokens_reference,
@@ -76,10 +76,10 @@ def test_selection_and_decision_rates(path, rate, mask_p, random_p):
     ids, attention = random_batch(SPECIALS, 1000, 1100, seed=1, min_len=1050)
     candidates = int(attention.sum()) - 2 * len(ids)  # minus [CLS] and [SEP]
     assert candidates >= 1_000_000
-    masked, labels, decisions = mask_tokens(
-        ids, SPECIALS, mlm_probability=rate, mask_replace_prob=mask_p, random_replace_prob=random_p,
-        return_decisions=True, **randomness(path, len(ids)),
-    )
+    masking = MaskingConfig(mlm_probability=rate, mask_replace_prob=mask_p,
+                            random_replace_prob=random_p)
+    masked, labels, decisions = mask_tokens(ids, SPECIALS, masking, return_decisions=True,
+                                            **randomness(path, len(ids)))
     counts = torch.bincount(decisions.flatten().long(), minlength=4)
     targets = int(counts[1:].sum())
     assert abs(targets / candidates - rate) < 0.002
@@ -140,8 +140,8 @@ def test_random_replacements_are_uniform_over_non_special_ids(path):
     specials = SpecialIds(pad=0, unk=7, cls=8, sep=9, mask=20, vocab_size=30)
     allowed = [i for i in range(30) if i not in specials.all]
     ids = torch.full((400, 200), allowed[0])
-    masked, _, decisions = mask_tokens(ids, specials, mlm_probability=1.0, mask_replace_prob=0.0,
-                                       random_replace_prob=1.0, return_decisions=True,
+    masking = MaskingConfig(mlm_probability=1.0, mask_replace_prob=0.0, random_replace_prob=1.0)
+    masked, _, decisions = mask_tokens(ids, specials, masking, return_decisions=True,
                                        **randomness(path, len(ids)))
     assert (decisions == Decision.RANDOM).all()
     counts = torch.bincount(masked.flatten(), minlength=30)
@@ -206,7 +206,8 @@ def test_exact_selection_count(path):
     ids, attention = random_batch(SPECIALS, 300, 80, seed=7, min_len=3)
     n = ((ids > 4) & attention.bool()).sum(dim=1).tolist()
     for max_predictions in (None, 5):
-        _, labels = mask_tokens(ids, SPECIALS, selection="exact", max_predictions=max_predictions,
+        _, labels = mask_tokens(ids, SPECIALS,
+                                MaskingConfig(selection="exact", max_predictions=max_predictions),
                                 **randomness(path, len(ids)))
         got = (labels != IGNORE_INDEX).sum(dim=1).tolist()
         cap = max_predictions or 10**9
@@ -217,14 +218,16 @@ def test_exact_count_rounds_half_to_even_like_python():
     # n = 10 -> 1.5 -> 2 and n = 30 -> 4.5 -> 4 (Python's round), at p = 0.15.
     for n, expected in ((10, round(10 * 0.15)), (30, round(30 * 0.15)), (50, round(50 * 0.15))):
         ids = torch.randint(5, 1000, (20, n), generator=torch.Generator().manual_seed(n))
-        _, labels = mask_tokens(ids, SPECIALS, selection="exact", generator=torch.Generator())
+        _, labels = mask_tokens(ids, SPECIALS, masking=MaskingConfig(selection="exact"),
+                                generator=torch.Generator())
         assert ((labels != IGNORE_INDEX).sum(dim=1) == expected).all()
     assert (round(10 * 0.15), round(30 * 0.15)) == (2, 4)
 
 
 def test_exact_selection_is_uniform_over_positions():
     ids = torch.randint(5, 1000, (20_000, 20), generator=torch.Generator().manual_seed(8))
-    _, labels = mask_tokens(ids, SPECIALS, selection="exact", mlm_probability=0.25,
+    _, labels = mask_tokens(ids, SPECIALS,
+                            masking=MaskingConfig(selection="exact", mlm_probability=0.25),
                             generator=torch.Generator().manual_seed(8))
     per_position = (labels != IGNORE_INDEX).sum(dim=0).numpy()
     assert stats.chisquare(per_position).pvalue > 1e-3
@@ -232,7 +235,8 @@ def test_exact_selection_is_uniform_over_positions():
 
 def test_max_predictions_caps_bernoulli():
     ids, _ = random_batch(SPECIALS, 500, 128, seed=9, min_len=120)
-    _, labels = mask_tokens(ids, SPECIALS, mlm_probability=0.4, max_predictions=20,
+    _, labels = mask_tokens(ids, SPECIALS,
+                            masking=MaskingConfig(mlm_probability=0.4, max_predictions=20),
                             generator=torch.Generator().manual_seed(9))
     counts = (labels != IGNORE_INDEX).sum(dim=1)
     assert counts.max() == 20 and counts.min() >= 1
@@ -276,8 +280,10 @@ def words_are_whole(words: torch.Tensor, target: torch.Tensor) -> bool:
 @pytest.mark.parametrize("selection", ["bernoulli", "exact"])
 def test_whole_word_never_splits_a_word(path, selection):
     ids, words = word_batch(800, seed=10)
-    masked, labels, decisions = mask_tokens(ids, SPECIALS, word_ids=words, selection=selection,
-                                            return_decisions=True, **randomness(path, len(ids)))
+    masked, labels, decisions = mask_tokens(ids, SPECIALS,
+                                            masking=MaskingConfig(selection=selection),
+                                            word_ids=words, return_decisions=True,
+                                            **randomness(path, len(ids)))
     target = labels != IGNORE_INDEX
     assert words_are_whole(words, target)
     assert not (target & (words < 0)).any()
@@ -298,8 +304,9 @@ def test_whole_word_never_splits_a_word(path, selection):
 def test_whole_word_rates_and_per_piece_decisions():
     ids, words = word_batch(2500, seed=11, words_per_row=(60, 100))  # (1 - p)**60: no bias
     candidates = int((words >= 0).sum())
-    _, labels, decisions = mask_tokens(ids, SPECIALS, word_ids=words, per_word_decision=False,
-                                       generator=torch.Generator().manual_seed(11),
+    _, labels, decisions = mask_tokens(ids, SPECIALS,
+                                       masking=MaskingConfig(per_word_decision=False),
+                                       word_ids=words, generator=torch.Generator().manual_seed(11),
                                        return_decisions=True)
     target = labels != IGNORE_INDEX
     assert abs(target.sum().item() / candidates - 0.15) < 0.006
@@ -355,8 +362,9 @@ def test_wordpiece_word_ids_on_strings_and_arrays():
 
 def test_reference_loop_on_the_notes_example():
     tokens = ["我", "爱", "华", "中", "科", "技", "大", "学"]
-    masked, labels = mask_tokens_reference(tokens, tokens, mlm_probability=1.0,
-                                           mask_replace_prob=1.0, random_replace_prob=0.0,
+    masked, labels = mask_tokens_reference(tokens, tokens, MaskingConfig(
+                                               mlm_probability=1.0, mask_replace_prob=1.0,
+                                               random_replace_prob=0.0),
                                            rng=random.Random(0))
     assert masked == ["[MASK]"] * 8 and labels == tokens
     masked, labels = mask_tokens_reference(["[CLS]", *tokens, "[SEP]"], tokens, rng=random.Random(1))
@@ -440,19 +448,21 @@ def test_row_seeds_make_a_row_independent_of_its_batch():
     ids, attention = random_batch(SPECIALS, 64, 100, seed=14)
     seeds = example_seed(3, 1, torch.arange(64))
     for selection in ("bernoulli", "exact"):
-        full = mask_tokens(ids, SPECIALS, row_seeds=seeds, selection=selection,
-                           attention_mask=attention, return_decisions=True)
+        full = mask_tokens(ids, SPECIALS, masking=MaskingConfig(selection=selection),
+                           row_seeds=seeds, attention_mask=attention, return_decisions=True)
         order = torch.randperm(64, generator=torch.Generator().manual_seed(14))[:17]
-        part = mask_tokens(ids[order], SPECIALS, row_seeds=seeds[order], selection=selection,
-                           attention_mask=attention[order], return_decisions=True)
+        part = mask_tokens(ids[order], SPECIALS, masking=MaskingConfig(selection=selection),
+                           row_seeds=seeds[order], attention_mask=attention[order],
+                           return_decisions=True)
         assert all(torch.equal(a[order], b) for a, b in zip(full, part, strict=True))
         # Padding a row further (a longer batch) leaves its mask alone.
         longer = torch.cat([ids, torch.zeros(64, 28, dtype=ids.dtype)], dim=1)
-        wide = mask_tokens(longer, SPECIALS, row_seeds=seeds, selection=selection,
-                           return_decisions=True)
+        wide = mask_tokens(longer, SPECIALS, masking=MaskingConfig(selection=selection),
+                           row_seeds=seeds, return_decisions=True)
         assert all(torch.equal(a, b[:, :100]) for a, b in zip(full, wide, strict=True))
-        single = mask_tokens(ids[5], SPECIALS, row_seeds=int(seeds[5]), selection=selection,
-                             attention_mask=attention[5], return_decisions=True)
+        single = mask_tokens(ids[5], SPECIALS, masking=MaskingConfig(selection=selection),
+                             row_seeds=int(seeds[5]), attention_mask=attention[5],
+                             return_decisions=True)
         assert all(torch.equal(a[5], b) for a, b in zip(full, single, strict=True))
 
 
@@ -509,13 +519,14 @@ def test_select_targets_skips_specials_and_padding_and_picks_the_right_count(spe
     ids[(torch.rand(ids.shape, generator=g) < 0.05) & attention.bool()] = specials.unk
     ids[(torch.rand(ids.shape, generator=g) < 0.05) & attention.bool()] = specials.mask
     maskable = attention.bool() & ~torch.isin(ids, torch.tensor(specials.all))
-    everything = select_targets(ids, specials, mlm_probability=1.0, attention_mask=attention,
-                                generator=g)
+    everything = select_targets(ids, specials, masking=MaskingConfig(mlm_probability=1.0),
+                                attention_mask=attention, generator=g)
     assert everything.dtype == torch.bool and torch.equal(everything, maskable)
     selected = select_targets(ids, specials, attention_mask=attention, generator=g)
     assert not (selected & ~maskable).any()  # never a special token, never padding
     assert abs(selected.sum().item() / maskable.sum().item() - 0.15) < 0.004
-    exact = select_targets(ids, specials, selection="exact", attention_mask=attention,
+    exact = select_targets(ids, specials, masking=MaskingConfig(selection="exact"),
+                           attention_mask=attention,
                            row_seeds=example_seed(0, 0, torch.arange(len(ids))))
     n = maskable.sum(dim=1).tolist()
     assert not (exact & ~maskable).any()
@@ -580,19 +591,17 @@ def test_the_three_steps_compose_to_mask_tokens(path, kwargs):
         attention = (ids != SPECIALS.pad).long()
     if kwargs.pop("one_row", False):
         ids, attention = ids[4], attention[4]
-    select_options = {k: kwargs[k] for k in ("mlm_probability", "selection", "max_predictions")
-                      if k in kwargs}
-    perturb_options = {k: v for k, v in kwargs.items() if k not in select_options}
+    masking = MaskingConfig(**kwargs)
     rows = 1 if ids.dim() == 1 else len(ids)
     rand, rand_again = randomness(path, rows, seed=5), randomness(path, rows, seed=5)
-    expected = mask_tokens(ids, SPECIALS, word_ids=words, attention_mask=attention,
-                           return_decisions=True, **kwargs, **rand)
-    selected = select_targets(ids, SPECIALS, word_ids=words, attention_mask=attention,
-                              **select_options, **rand_again)
+    expected = mask_tokens(ids, SPECIALS, masking, word_ids=words, attention_mask=attention,
+                           return_decisions=True, **rand)
+    selected = select_targets(ids, SPECIALS, masking, word_ids=words, attention_mask=attention,
+                              **rand_again)
     # As mask_tokens does: at rate 0 there is nothing to perturb, so no per-word decisions to draw.
-    per_word = words if select_options.get("mlm_probability", 0.15) > 0 else None
-    masked, decisions = perturb_targets(ids, selected, SPECIALS, word_ids=per_word,
-                                        return_decisions=True, **perturb_options, **rand_again)
+    per_word = words if masking.mlm_probability > 0 else None
+    masked, decisions = perturb_targets(ids, selected, SPECIALS, masking, word_ids=per_word,
+                                        return_decisions=True, **rand_again)
     got = (masked, label_targets(ids, selected), decisions)
     assert all(torch.equal(a, b) for a, b in zip(expected, got, strict=True))
     if path == "generator":  # and the generator ends in the same state: the next batch agrees too
@@ -605,10 +614,8 @@ def test_the_three_steps_compose_to_mask_tokens(path, kwargs):
 @pytest.mark.parametrize("kwargs, message", [
     ({"mlm_probability": 1.5}, "mlm_probability=1.5 is not a probability"),
     ({"mlm_probability": -0.1}, "mlm_probability=-0.1 is not a probability"),
-    ({"mask_replace_prob": 2}, "mask_replace_prob=2 is not a probability"),
-    ({"mask_replace_prob": 0.8, "random_replace_prob": 0.3}, "exceeds 1"),
-    ({"selection": "topk"}, "selection='topk' is unknown"),
-    ({"max_predictions": 0}, "max_predictions=0"),
+    ({"masking": {"mlm_probability": 0.4}}, "pass a bertlab.masking.MaskingConfig"),
+    ({"masking": MaskingConfig(), "mlm_probability": 0.4}, "masking= or its mlm_probability="),
     ({"generator": torch.Generator(), "row_seeds": [1, 2]}, "not both"),
     ({"row_seeds": [1, 2, 3]}, "one seed per row"),
     ({"row_seeds": torch.tensor([1.0, 2.0])}, "row_seeds must be a LongTensor"),
@@ -640,16 +647,24 @@ def test_tokenizer_without_mask_token_is_rejected():
         mask_tokens(torch.tensor([[2, 4, 3]]), tok)
 
 
-def test_reference_loop_rejects_bad_probabilities():
-    with pytest.raises(ValueError, match="exceeds 1"):
-        mask_tokens_reference(["a"], ["a"], mask_replace_prob=0.9, random_replace_prob=0.2,
-                              rng=random.Random(0))
+
+@pytest.mark.parametrize("settings, message", [
+    ({"mask_replace_prob": 2}, "mask_replace_prob=2 is not a probability"),
+    ({"mask_replace_prob": 0.8, "random_replace_prob": 0.3}, "exceeds 1"),
+    ({"selection": "topk"}, "selection='topk' is unknown"),
+    ({"max_predictions": 0}, "max_predictions=0"),
+    ({"per_word_decision": "yes"}, "per_word_decision='yes'; pass True or False"),
+])
+def test_a_bad_masking_setting_is_refused_where_the_config_is_built(settings, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        MaskingConfig(**settings)
+    assert MaskingConfig(mlm_probability=1, mask_replace_prob=0).mask_replace_prob == 0.0
 
 
-def test_check_mask_options():
-    assert check_mask_options(mlm_probability=1, mask_replace_prob=0) == (1.0, 0.0, 0.1)
-    with pytest.raises(ValueError, match="per_word_decision='yes'; pass True or False"):
-        check_mask_options(per_word_decision="yes")
+def test_the_reference_loop_takes_only_the_three_shares():
+    for other in ({"selection": "exact"}, {"max_predictions": 3}):
+        with pytest.raises(ValueError, match="use mask_tokens for those"):
+            mask_tokens_reference(["a"], ["a"], MaskingConfig(**other), rng=random.Random(0))
 
 
 # --- edge cases --------------------------------------------------------------------------------------
@@ -659,8 +674,8 @@ def test_check_mask_options():
 def test_empty_inputs_give_empty_outputs(shape):
     ids = torch.zeros(shape, dtype=torch.long)
     for selection in ("bernoulli", "exact"):
-        out = mask_tokens(ids, SPECIALS, selection=selection, generator=torch.Generator(),
-                          return_decisions=True)
+        out = mask_tokens(ids, SPECIALS, masking=MaskingConfig(selection=selection),
+                          generator=torch.Generator(), return_decisions=True)
         assert all(t.shape == ids.shape for t in out)
 
 
@@ -735,16 +750,18 @@ def test_the_masking_settings_have_one_home():
     import dataclasses
     import inspect
 
-    from bertlab.masking import BERT_MASKING, MaskingConfig
+    from bertlab.masking import BERT_MASKING
 
     defaults = {f.name: f.default for f in dataclasses.fields(MaskingConfig)}
     assert defaults == dataclasses.asdict(BERT_MASKING) == {
         "mlm_probability": 0.15, "mask_replace_prob": 0.8, "random_replace_prob": 0.1,
         "selection": "bernoulli", "max_predictions": None, "per_word_decision": True}
-    for fn in (mask_tokens, select_targets, perturb_targets):  # same names, same defaults
+    # Every step takes the one object; none takes a setting on its own (mask_tokens'
+    # mlm_probability is its shorthand for MaskingConfig(mlm_probability=...)).
+    for fn in (mask_tokens, select_targets, perturb_targets, mask_tokens_reference):
         params = inspect.signature(fn).parameters
-        shared = {k: params[k].default for k in defaults if k in params}
-        assert shared and shared == {k: defaults[k] for k in shared}, fn.__name__
+        loose = set(defaults) & set(params) - ({"mlm_probability"} if fn is mask_tokens else set())
+        assert "masking" in params and not loose, fn.__name__
     for bad, message in [({"mlm_probability": 1.5}, "mlm_probability"),
                          ({"mask_replace_prob": 0.9, "random_replace_prob": 0.2}, "exceeds 1"),
                          ({"selection": "greedy"}, "selection='greedy' is unknown")]:

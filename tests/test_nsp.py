@@ -38,7 +38,7 @@ def flat(sentences):
 
 
 def check_example(ex, corpus: TokenizedCorpus, special: SpecialIds, max_seq_len: int) -> None:
-    """Every structural promise of an NspExample, checked against the tokenized corpus."""
+    """Every structural promise of an NSP Example, checked against the tokenized corpus."""
     ids = ex.input_ids
     a, b = ids[1 : 1 + ex.a_len], ids[2 + ex.a_len : -1]
     # Layout: [CLS] A [SEP] B [SEP], nothing else special, no padding, fits.
@@ -60,11 +60,10 @@ def check_example(ex, corpus: TokenizedCorpus, special: SpecialIds, max_seq_len:
         assert ex.a_len + ex.b_len == max_seq_len - 3
     assert ex.doc_id == corpus.doc_ids[ex.doc_index]
     # Labels: NotNext B from another document; IsNext B is the very next sentences.
-    if ex.is_random_next:
-        assert ex.next_sentence_label == NOT_NEXT
+    assert ex.next_sentence_label in (IS_NEXT, NOT_NEXT)
+    if ex.next_sentence_label == NOT_NEXT:
         assert ex.b_doc_index != ex.doc_index
     else:
-        assert ex.next_sentence_label == IS_NEXT
         assert ex.b_doc_index == ex.doc_index
         assert ex.b_sentences[0] == ex.a_sentences[1]
 
@@ -73,7 +72,7 @@ def check_coverage(examples, corpus: TokenizedCorpus, skipped_one_sentence: bool
     """With one pass, A ranges plus IsNext B ranges cover each document's sentences exactly once."""
     seen: dict[int, list[int]] = {}
     for ex in examples:
-        spans = [ex.a_sentences] + ([] if ex.is_random_next else [ex.b_sentences])
+        spans = [ex.a_sentences] + ([] if ex.next_sentence_label == NOT_NEXT else [ex.b_sentences])
         for first, end in spans:
             seen.setdefault(ex.doc_index, []).extend(range(first, end))
     for d, sents in enumerate(corpus.sentences):
@@ -110,7 +109,7 @@ def test_isnext_b_is_the_true_continuation_in_text(bbc):
     docs = {d.id: d for d in all_docs[:300]}
     checked = 0
     for ex in examples:
-        if ex.is_random_next or ex.doc_id not in docs or ex.truncated:
+        if ex.next_sentence_label == NOT_NEXT or ex.doc_id not in docs or ex.truncated:
             continue
         sentences = docs[ex.doc_id].sentences
         a_text = " ".join(sentences[ex.a_sentences[0] : ex.a_sentences[1]])
@@ -130,7 +129,8 @@ def test_exact_balance_over_100k_examples(bbc):
     tok, corpus, _, _ = bbc
     n = not_next = 0
     for seed in range(1, 10):
-        labels = [e.is_random_next for e in create_nsp_examples(corpus, tok, seed=seed)]
+        labels = [e.next_sentence_label == NOT_NEXT
+                  for e in create_nsp_examples(corpus, tok, seed=seed)]
         n += len(labels)
         not_next += sum(labels)
     assert n >= 100_000
@@ -149,7 +149,8 @@ def test_same_seed_same_examples_other_seed_different(bbc):
     one = create_nsp_examples(sub, tok, seed=3)
     two = create_nsp_examples(sub, tok, seed=3)
     other = create_nsp_examples(sub, tok, seed=4)
-    assert [(e.input_ids, e.is_random_next) for e in one] == [(e.input_ids, e.is_random_next) for e in two]
+    assert [(e.input_ids, e.next_sentence_label) for e in one] == \
+        [(e.input_ids, e.next_sentence_label) for e in two]
     assert [e.input_ids for e in one] != [e.input_ids for e in other]
 
 
@@ -206,10 +207,10 @@ def test_one_sentence_documents_exact_skips_google_uses_as_notnext():
     assert exact.info["one_sentence_docs"] == 2
     assert exact.info["one_sentence_docs_skipped"] == 2
     assert {e.doc_index for e in exact} == {1, 3}
-    assert {e.b_doc_index for e in exact if e.is_random_next} <= {0, 1, 2, 3}
+    assert {e.b_doc_index for e in exact if e.next_sentence_label == NOT_NEXT} <= {0, 1, 2, 3}
     google = create_nsp_examples(corpus, SPECIAL, max_seq_len=32, balance="google")
     lone = [e for e in google if e.doc_index in (0, 2)]
-    assert len(lone) == 2 and all(e.is_random_next for e in lone)
+    assert len(lone) == 2 and all(e.next_sentence_label == NOT_NEXT for e in lone)
     assert google.info["one_sentence_docs_skipped"] == 0
 
 
@@ -217,7 +218,7 @@ def test_exact_mode_pulls_in_a_sentence_after_a_long_one():
     # Every sentence alone exceeds the target, so Google's rule would make every example NotNext.
     corpus = synthetic([[40] * 6, [40] * 6, [40] * 6])
     google = create_nsp_examples(corpus, SPECIAL, max_seq_len=16, balance="google")
-    assert all(e.is_random_next for e in google)
+    assert all(e.next_sentence_label == NOT_NEXT for e in google)
     exact = create_nsp_examples(corpus, SPECIAL, max_seq_len=16, seed=0, dupe_factor=20)
     assert 0.4 < nsp_stats(exact)["not_next_share"] < 0.6
     assert exact.info["long_sentences"] == 18

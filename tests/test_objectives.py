@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -9,15 +10,16 @@ import pytest
 import torch
 
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, NspDataset, pretraining_loader
 from bertlab.document import Document
+from bertlab.example import Example, segment_ids
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import IS_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.objectives import OBJECTIVES, check_objectives, pair_builder, pairs_of
-from bertlab.pretraining import evaluate, pretrain, pretraining_objective
+from bertlab.pretraining import PretrainingObjective, evaluate, pretrain
 from bertlab.recipes import recipe
-from bertlab.single import SingleExample, create_single_examples
-from bertlab.sop import IN_ORDER, SWAPPED, SopExample, create_sop_examples
+from bertlab.single import create_single_examples
+from bertlab.sop import IN_ORDER, SWAPPED, create_sop_examples
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig
 from tests.test_train import InterruptAt
@@ -66,7 +68,7 @@ def test_a_recipe_carries_its_objectives_to_the_loader():
     course = recipe("course")
     assert course.objectives == ("mlm",) and recipe("bert").objectives == ("mlm", "nsp")
     sop = course.with_objectives("mlm,sop")
-    assert sop.objectives == ("mlm", "sop") and sop.loader_options()["pairs"] == "sop"
+    assert sop.objectives == ("mlm", "sop") and sop.loader_options().pairs == "sop"
     with pytest.raises(ValueError, match="leaves out mlm"):
         course.with_objectives("sop")
 
@@ -92,48 +94,56 @@ def test_nsp_without_negatives_gives_only_in_order_pairs_and_needs_one_document(
 def test_sop_pairs_are_nsp_positives_half_of_them_swapped(docs, tok):
     positives = create_nsp_examples(docs, tok, max_seq_len=64, seed=3, negatives=False)
     sop = create_sop_examples(docs, tok, max_seq_len=64, seed=3)
-    assert len(sop) == len(positives) and all(isinstance(e, SopExample) for e in sop)
+    assert len(sop) == len(positives) and all(isinstance(e, Example) for e in sop)
     special = special_ids(tok)
     for s, p in zip(sop, positives, strict=True):
         a, b = _segments(p)
+        swapped = s.next_sentence_label == SWAPPED
         assert s.input_ids[0] == special.cls and s.input_ids[-1] == special.sep
-        assert _segments(s) == ((b, a) if s.swapped else (a, b))
-        assert s.next_sentence_label == (SWAPPED if s.swapped else IN_ORDER)
+        assert _segments(s) == ((b, a) if swapped else (a, b))
+        assert s.next_sentence_label in (IN_ORDER, SWAPPED)
+        # A is the first segment, wherever in the document it comes from.
+        assert (s.a_sentences, s.a_cut) == ((p.b_sentences, p.b_cut) if swapped else
+                                            (p.a_sentences, p.a_cut))
         assert s.token_type_ids == [0] * (s.a_len + 2) + [1] * (s.b_len + 1)
         assert len(s.token_type_ids) == len(s.input_ids) <= 64
-    swapped = sum(e.swapped for e in sop)
+    swapped = sum(e.next_sentence_label == SWAPPED for e in sop)
     assert abs(swapped - len(sop) / 2) < 4 * math.sqrt(len(sop) / 4)  # a fair coin, 4 sigma
     assert [e.input_ids for e in create_sop_examples(docs, tok, max_seq_len=64, seed=3)] == \
         [e.input_ids for e in sop]
-    assert [e.swapped for e in create_sop_examples(docs, tok, max_seq_len=64, seed=4)] != \
-        [e.swapped for e in sop]
+    assert [e.next_sentence_label for e in create_sop_examples(docs, tok, max_seq_len=64,
+                                                               seed=4)] != \
+        [e.next_sentence_label for e in sop]
     with pytest.raises(ValueError, match="balance must be 'exact'"):
         create_sop_examples(docs, tok, balance="google")
 
 
 def test_loader_builds_the_pairs_it_is_asked_for(docs, tok, tmp_path):
-    sop = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, seed=0,
-                             pairs="sop")
-    assert all(isinstance(e, SopExample) for e in sop.dataset.examples)
+    sop = pretraining_loader(docs, tok, split=None, seed=0,
+                             options=LoaderOptions(batch_size=8, max_seq_len=64, pairs="sop"))
+    assert all(isinstance(e, Example) for e in sop.dataset.examples)
     batch = next(iter(sop))
     labels = [sop.dataset.examples[i].next_sentence_label for i in range(len(sop.dataset))]
     assert set(batch["next_sentence_label"].tolist()) <= {IN_ORDER, SWAPPED}
     assert set(labels) == {IN_ORDER, SWAPPED}
-    given = pretraining_loader(list(sop.dataset.examples), tok, split=None, batch_size=8)
+    given = pretraining_loader(list(sop.dataset.examples), tok, split=None,
+                               options=LoaderOptions(batch_size=8))
     assert len(given.dataset) == len(sop.dataset)
     (tmp_path / "shards").mkdir()
     with pytest.raises(ValueError, match="hold NSP pairs .* pass the corpus itself"):
-        pretraining_loader(tmp_path / "shards", tok, pairs="sop")
+        pretraining_loader(tmp_path / "shards", tok, options=LoaderOptions(pairs="sop"))
     with pytest.raises(ValueError, match="pairs='xyz' is not a pair objective"):
-        pretraining_loader(docs, tok, pairs="xyz")
+        pretraining_loader(docs, tok, options=LoaderOptions(pairs="xyz"))
 
 
 def test_a_one_document_corpus_trains_sop_but_not_nsp(tok):
     sentences = [f"sentence number {i} of my notes." for i in range(40)]
     text = Document(id="notes", text=" ".join(sentences), sentences=sentences)
-    assert pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32, pairs="sop")
+    assert pretraining_loader([text], tok, split=None,
+                              options=LoaderOptions(batch_size=4, max_seq_len=32, pairs="sop"))
     with pytest.raises(ValueError, match="NSP needs at least 2"):
-        pretraining_loader([text], tok, split=None, batch_size=4, max_seq_len=32)
+        pretraining_loader([text], tok, split=None,
+                           options=LoaderOptions(batch_size=4, max_seq_len=32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,10 +157,23 @@ def _reviews(n=30):
         for i in range(n))]
 
 
+def test_every_builder_gives_the_one_example_type_and_its_segment_ids(docs, tok):
+    # NSP pairs, SOP pairs and single segments (and shards: tests/test_shards.py) are one
+    # frozen Example; their segment ids come from segment_ids, as the loader's items do.
+    for build in (create_nsp_examples, create_sop_examples, create_single_examples):
+        examples = build(docs[:40], tok, max_seq_len=64, seed=0)
+        assert {type(e) for e in examples} == {Example}
+        first = examples[0]
+        assert first.token_type_ids == segment_ids(len(first.input_ids), first.a_len).tolist()
+        assert NspDataset(examples)[0]["token_type_ids"].tolist() == first.token_type_ids
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first.a_len = 3
+
+
 def test_single_segments_pack_whole_sentences_of_one_document(docs, tok):
     special = special_ids(tok)
     examples = create_single_examples(docs, tok, max_seq_len=64, short_seq_prob=0.0, seed=3)
-    assert examples and all(isinstance(e, SingleExample) for e in examples)
+    assert examples and all(isinstance(e, Example) for e in examples)
     by_doc: dict[int, list] = {}
     for e in examples:
         assert e.input_ids[0] == special.cls and e.input_ids[-1] == special.sep
@@ -158,7 +181,7 @@ def test_single_segments_pack_whole_sentences_of_one_document(docs, tok):
         assert special.sep not in e.input_ids[1:-1]  # one segment: no [SEP] inside
         assert e.token_type_ids == [0] * len(e.input_ids)
         assert e.next_sentence_label == -100  # no pair label: no pair loss, no pair figure
-        by_doc.setdefault(e.doc_index, []).append(e.sentences)
+        by_doc.setdefault(e.doc_index, []).append(e.a_sentences)
     # Every sentence of every document is used once, in order, within its own document.
     corpus = tokenize_corpus(docs, tok)
     for d, sents in enumerate(corpus.sentences):
@@ -174,9 +197,10 @@ def test_single_segments_pack_whole_sentences_of_one_document(docs, tok):
 def test_one_sentence_documents_lose_nothing_as_single_segments(tok):
     reviews = _reviews()
     with pytest.raises(ValueError, match="have one sentence.*pairs='single'"):
-        pretraining_loader(reviews, tok, split=None, batch_size=4, max_seq_len=32)
-    loader = pretraining_loader(reviews, tok, split=None, batch_size=4, max_seq_len=32,
-                                pairs="single")
+        pretraining_loader(reviews, tok, split=None,
+                           options=LoaderOptions(batch_size=4, max_seq_len=32))
+    loader = pretraining_loader(reviews, tok, split=None,
+                                options=LoaderOptions(batch_size=4, max_seq_len=32, pairs="single"))
     assert len(loader.dataset) == len(reviews)  # one example per review: no text skipped
     batch = next(iter(loader))
     assert batch["token_type_ids"].eq(0).all()
@@ -193,8 +217,9 @@ def test_masked_lm_alone_trains_on_single_segments_and_resumes_exactly(tok, tmp_
                          eval_interval=3, progress=False, device="cpu")
 
     def loader():
-        return pretraining_loader(_reviews(), tok, split=None, batch_size=4, max_seq_len=32,
-                                  seed=0, pairs="single")
+        return pretraining_loader(_reviews(), tok, split=None, seed=0,
+                                  options=LoaderOptions(batch_size=4, max_seq_len=32,
+                                                        pairs="single"))
 
     model = _tiny(tok)
     head = model.nsp.weight.detach().clone()
@@ -226,8 +251,8 @@ def test_sop_trains_the_pair_head_and_resumes_exactly(docs, tok, tmp_path):
                          eval_interval=None, progress=False, device="cpu")
 
     def loader():
-        return pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, seed=0,
-                                  pairs="sop")
+        return pretraining_loader(docs, tok, split=None, seed=0,
+                                  options=LoaderOptions(batch_size=8, max_seq_len=64, pairs="sop"))
 
     model = _tiny(tok)
     head = model.nsp.weight.detach().clone()
@@ -250,17 +275,19 @@ def test_sop_trains_the_pair_head_and_resumes_exactly(docs, tok, tmp_path):
 
 
 def test_the_loop_objective_is_named_by_its_list():
-    assert pretraining_objective(("mlm", "sop")).name == "mlm,sop"
-    assert pretraining_objective().name == "mlm,nsp"
+    assert PretrainingObjective(("mlm", "sop")).name == "mlm,sop"
+    assert PretrainingObjective().name == "mlm,nsp"
 
 
 def test_a_pair_objective_on_other_pairs_is_refused_before_any_step(docs, tok):
     # The SOP head trained on IsNext/NotNext labels learned another task without a word.
     config = TrainConfig(max_steps=2, batch_size=8, progress=False, device="cpu")
-    nsp = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, pairs="nsp")
-    sop = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64, pairs="sop")
-    single = pretraining_loader(_reviews(), tok, split=None, batch_size=8, max_seq_len=32,
-                                pairs="single")
+    nsp = pretraining_loader(docs, tok, split=None,
+                             options=LoaderOptions(batch_size=8, max_seq_len=64, pairs="nsp"))
+    sop = pretraining_loader(docs, tok, split=None,
+                             options=LoaderOptions(batch_size=8, max_seq_len=64, pairs="sop"))
+    single = pretraining_loader(_reviews(), tok, split=None,
+                                options=LoaderOptions(batch_size=8, max_seq_len=32, pairs="single"))
     assert (nsp.pairs, sop.pairs, single.pairs) == ("nsp", "sop", "single")
     model = _tiny(tok)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -276,13 +303,13 @@ def test_a_pair_objective_on_other_pairs_is_refused_before_any_step(docs, tok):
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     # Ready-made examples say nothing of how they were built: not checked.
     given = pretraining_loader(create_sop_examples(docs, tok, max_seq_len=64, seed=0), tok,
-                               split=None, batch_size=8)
+                               split=None, options=LoaderOptions(batch_size=8))
     assert given.pairs is None
 
 
 def test_a_batch_larger_than_the_training_examples_is_refused(tok):
-    loader = pretraining_loader(_reviews(10), tok, split=None, batch_size=16, max_seq_len=32,
-                                pairs="single")
+    loader = pretraining_loader(_reviews(10), tok, split=None, options=LoaderOptions(
+        batch_size=16, max_seq_len=32, pairs="single"))
     with pytest.raises(ValueError, match=r"batch_size=16 is larger than the 10 training "
                                          r"examples.*at most 10"):
         pretrain(_tiny(tok), loader, None, TrainConfig(max_steps=2, batch_size=16,
@@ -295,7 +322,8 @@ def test_a_model_smaller_than_the_loaders_tokenizer_is_refused(docs, tok):
     small = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.get_vocab_size() - 100,
                                                  hidden_size=32, intermediate_size=64,
                                                  max_position_embeddings=64))
-    train = pretraining_loader(docs, tok, split=None, batch_size=8, max_seq_len=64)
+    train = pretraining_loader(docs, tok, split=None,
+                               options=LoaderOptions(batch_size=8, max_seq_len=64))
     message = rf"tokenizer has {tok.get_vocab_size()} tokens but the model's vocabulary has 400"
     with pytest.raises(ValueError, match=rf"pretrain \(training loader\): the loader's {message}"):
         pretrain(small, train, None, TrainConfig(max_steps=1, batch_size=8, progress=False,

@@ -4,13 +4,21 @@ trains on draw e % K, in memory and from shards, on one process and under DDP, r
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 import bertlab as bl
-from bertlab.data import NspDataset, PairDraws, ShardedEpochSampler, pretraining_loader
+from bertlab.data import (
+    LoaderOptions,
+    NspDataset,
+    PairDraws,
+    ShardedEpochSampler,
+    pretraining_loader,
+)
 from bertlab.nsp import create_nsp_examples, pair_draw_seed
-from bertlab.shards import ShardExamples, pair_draws_in, prepare_shards
+from bertlab.shards import PrepareOptions, ShardExamples, pair_draws_in, prepare_shards
+from bertlab.streaming import StreamOptions
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +46,9 @@ def examples_of_epoch(dataset, epoch):
 
 def test_draw_zero_is_the_single_draw_and_later_draws_pair_the_text_otherwise(setup):
     tok, docs = setup
-    one = pretraining_loader(docs, tok, split=None, max_seq_len=64, seed=3)
-    three = pretraining_loader(docs, tok, split=None, max_seq_len=64, seed=3, pair_draws=3)
+    one = pretraining_loader(docs, tok, split=None, seed=3, options=LoaderOptions(max_seq_len=64))
+    three = pretraining_loader(docs, tok, split=None, seed=3,
+                               options=LoaderOptions(max_seq_len=64, pair_draws=3))
     assert isinstance(one.dataset.examples, list) and three.dataset.pair_draws == 3
     # Epoch 0 of three draws is, batch for batch, the run without draws.
     assert [b["input_ids"].tolist() for b in one] == [b["input_ids"].tolist() for b in three]
@@ -61,8 +70,8 @@ def test_draw_zero_is_the_single_draw_and_later_draws_pair_the_text_otherwise(se
 
 def test_the_loader_follows_each_draws_own_length_and_resumes_exactly(setup):
     tok, docs = setup
-    loader = pretraining_loader(docs, tok, split=None, max_seq_len=64, seed=1, pair_draws=2,
-                                batch_size=8)
+    loader = pretraining_loader(docs, tok, split=None, seed=1,
+                                options=LoaderOptions(max_seq_len=64, pair_draws=2, batch_size=8))
     lengths = []
     for _ in range(2):
         batches = list(loader)
@@ -74,20 +83,23 @@ def test_the_loader_follows_each_draws_own_length_and_resumes_exactly(setup):
     loader.set_epoch(1)
     straight = [b["input_ids"].tolist() for b in loader]
     resumed = bl.resume.DataPosition(pretraining_loader(
-        docs, tok, split=None, max_seq_len=64, seed=1, pair_draws=2, batch_size=8), 1, 3)
+        docs, tok, split=None, seed=1,
+        options=LoaderOptions(max_seq_len=64, pair_draws=2, batch_size=8)), 1, 3)
     assert [resumed.next()["input_ids"].tolist() for _ in range(len(straight) - 3)] == straight[3:]
     # Another number of draws is another dataset, so a resume cannot mix them up.
     assert loader.dataset.digest() != pretraining_loader(
-        docs, tok, split=None, max_seq_len=64, seed=1, pair_draws=3).dataset.digest()
+        docs, tok, split=None, seed=1,
+        options=LoaderOptions(max_seq_len=64, pair_draws=3)).dataset.digest()
 
 
 def test_ddp_ranks_split_each_draw_as_one_process_sees_it(setup):
     tok, docs = setup
-    common = dict(split=None, max_seq_len=64, seed=2, pair_draws=2)
-    single = pretraining_loader(docs, tok, batch_size=8, **common)
-    ranks = [pretraining_loader(docs, tok, batch_size=4, **common,
-                                sampler=lambda ds, r=r: ShardedEpochSampler(
-                                    ds, num_replicas=2, rank=r, seed=2)) for r in (0, 1)]
+    common = LoaderOptions(max_seq_len=64, pair_draws=2)
+    single = pretraining_loader(docs, tok, split=None, seed=2,
+                                options=replace(common, batch_size=8))
+    ranks = [pretraining_loader(docs, tok, split=None, seed=2, options=replace(
+                 common, batch_size=4, sampler=lambda ds, r=r: ShardedEpochSampler(
+                     ds, num_replicas=2, rank=r, seed=2))) for r in (0, 1)]
     for epoch in (0, 1):
         for loader in (single, *ranks):
             loader.set_epoch(epoch)
@@ -100,8 +112,8 @@ def test_ddp_ranks_split_each_draw_as_one_process_sees_it(setup):
 
 def test_shards_keep_their_draws_apart(setup, tmp_path):
     tok, docs = setup
-    summary = prepare_shards(docs, tok, tmp_path / "s", max_seq_len=64, seed=0, pair_draws=3,
-                             shard_size=200)
+    summary = prepare_shards(docs, tok, tmp_path / "s", PrepareOptions(
+        StreamOptions(max_seq_len=64), pair_draws=3, shard_size=200), seed=0)
     train = summary["splits"]["train"]
     assert train["pair_draws"] == 3 and len(train["draws"]) == 3
     assert summary["splits"]["validation"].get("pair_draws", 1) == 1  # always the same pairs
@@ -113,7 +125,8 @@ def test_shards_keep_their_draws_apart(setup, tmp_path):
     second = [tuple(folders[1][i].input_ids.tolist()) for i in range(len(folders[1]))]
     assert len(set(first) & set(second)) / len(second) < 0.5
     # Draw 0 alone is what one draw would have written: a reader of one draw gets it.
-    one = prepare_shards(docs, tok, tmp_path / "one", max_seq_len=64, seed=0, shard_size=200)
+    one = prepare_shards(docs, tok, tmp_path / "one",
+                         PrepareOptions(StreamOptions(max_seq_len=64), shard_size=200), seed=0)
     assert one["splits"]["train"]["examples"] == train["examples"]
     single = ShardExamples(tmp_path / "one" / "train")
     assert [tuple(single[i].input_ids.tolist()) for i in range(len(single))] == first
@@ -122,9 +135,9 @@ def test_shards_keep_their_draws_apart(setup, tmp_path):
     assert loader.dataset.pair_draws == 3
     assert examples_of_epoch(loader.dataset, 1)[0][0] == second[0]
     assert pretraining_loader(tmp_path / "s", tok, split="train",
-                              pair_draws=2).dataset.pair_draws == 2
+                              options=LoaderOptions(pair_draws=2)).dataset.pair_draws == 2
     with pytest.raises(ValueError, match="hold 3 draw.*--pair-draws 5"):
-        pretraining_loader(tmp_path / "s", tok, split="train", pair_draws=5)
+        pretraining_loader(tmp_path / "s", tok, split="train", options=LoaderOptions(pair_draws=5))
     with pytest.raises(ValueError, match="holds 3 pair draw"):
         ShardExamples(tmp_path / "s" / "train", draw=3)
     meta = json.loads((tmp_path / "s" / "train" / "meta.json").read_text())
@@ -136,11 +149,12 @@ def test_bad_pair_draws_are_refused_with_the_fix(setup, tmp_path):
     examples = create_nsp_examples(docs, tok, max_seq_len=64)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="pass a whole number >= 1"):
-            pretraining_loader(docs, tok, split=None, pair_draws=bad)
+            pretraining_loader(docs, tok, split=None, options=LoaderOptions(pair_draws=bad))
     with pytest.raises(ValueError, match="ready-made pair examples and pair_draws=2"):
-        pretraining_loader(examples, tok, split=None, pair_draws=2)
+        pretraining_loader(examples, tok, split=None, options=LoaderOptions(pair_draws=2))
     with pytest.raises(ValueError, match="choose one"):
-        prepare_shards(docs, tok, tmp_path / "x", pair_draws=2, dupe_factor=2)
+        prepare_shards(docs, tok, tmp_path / "x",
+                       PrepareOptions(StreamOptions(dupe_factor=2), pair_draws=2))
     assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="every draw needs examples"):
         PairDraws([examples, []])
@@ -159,9 +173,12 @@ def test_draws_beyond_memory_are_refused_before_they_are_built(setup, monkeypatc
                                          r"100000 draws of \d+ pairs in memory before the first "
                                          r"step, about [\d,.]+ GiB .*pass pair_draws <= \d+ .*"
                                          r"prepare --pair-draws K"):
-        pretraining_loader(docs, tok, split=None, max_seq_len=64, pair_draws=100_000)
+        pretraining_loader(docs, tok, split=None,
+                           options=LoaderOptions(max_seq_len=64, pair_draws=100_000))
     assert built == [pair_draw_seed(0, 0)]  # draw 0 only, to measure one draw
     monkeypatch.setattr(bl.data, "MAX_DRAWS_BYTES", 1)
     with pytest.raises(ValueError, match=r"pass pair_draws <= 1 "):
-        pretraining_loader(docs, tok, split=None, max_seq_len=64, pair_draws=2)
-    assert pretraining_loader(docs, tok, split=None, max_seq_len=64).dataset.pair_draws == 1
+        pretraining_loader(docs, tok, split=None,
+                           options=LoaderOptions(max_seq_len=64, pair_draws=2))
+    assert pretraining_loader(docs, tok, split=None,
+                              options=LoaderOptions(max_seq_len=64)).dataset.pair_draws == 1

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.corpus import load_corpus
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.hf import save_hf
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.optim import MuonAdamW
-from bertlab.pretraining import evaluate, pretrain, pretraining_objective, unigram_bar
+from bertlab.pretraining import PretrainingObjective, evaluate, pretrain, unigram_bar
 from bertlab.recipes import RECIPES, Recipe, recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig, build_optimizer, lr_at, train_step
@@ -61,7 +61,7 @@ def test_bert_recipe_is_the_papers_choices_and_course_differs_only_in_training()
 def test_the_gpu_recipe_is_berts_tasks_with_pairs_drawn_afresh_and_a_twin_without_nsp():
     gpu = recipe("gpu")
     assert gpu.objectives == ("mlm", "nsp") and gpu.mlm_probability == 0.15
-    assert gpu.pair_draws > 1 and gpu.loader_options()["pair_draws"] == gpu.pair_draws
+    assert gpu.pair_draws > 1 and gpu.loader_options().pair_draws == gpu.pair_draws
     assert (gpu.max_seq_len, gpu.dropout, gpu.optimizer) == (128, 0.1, "adamw")
     twin = gpu.with_objectives("mlm")
     # The twin reads the very same pairs; only its loss leaves NSP out.
@@ -88,16 +88,20 @@ def test_the_nsp_recipe_is_the_course_recipe_with_nsp_longer_pairs_and_a_step_bu
     assert nsp.train_config(max_steps=7).max_steps == 7
     # Its twins read the same pairs; the SOP twin reads the same documents cut into SOP pairs.
     assert nsp.with_objectives("mlm").loader_options() == nsp.loader_options()
-    assert nsp.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
+    assert nsp.with_objectives("mlm,sop").loader_options().pairs == "sop"
     assert Recipe.from_dict(nsp.to_dict()) == nsp
 
 
 def test_recipe_hands_its_settings_to_loader_model_and_train_config():
     r = recipe("course")
-    assert r.loader_options() == {"batch_size": r.batch_size, "max_seq_len": r.max_seq_len,
-                                  "mask_config": MaskingConfig(mlm_probability=r.mlm_probability),
-                                  "pairs": "nsp", "pair_draws": 1}
-    assert r.with_objectives("mlm,sop").loader_options()["pairs"] == "sop"
+    assert r.loader_options() == LoaderOptions(
+        batch_size=r.batch_size, max_seq_len=r.max_seq_len,
+        masking=MaskingConfig(mlm_probability=r.mlm_probability), pairs="nsp", pair_draws=1)
+    assert r.masking == MaskingConfig(mlm_probability=r.mlm_probability)
+    assert r.with_objectives("mlm,sop").loader_options().pairs == "sop"
+    assert r.loader_options(batch_size=8, pad_to_multiple_of=8) == LoaderOptions(
+        batch_size=8, max_seq_len=r.max_seq_len, masking=r.masking, pairs="nsp", pair_draws=1,
+        pad_to_multiple_of=8)  # overrides win
     assert r.model_config("tiny", 100).hidden_dropout == r.dropout
     assert r.model_config("tiny", 100, hidden_dropout=0.3).hidden_dropout == 0.3
     config = r.train_config(max_steps=50, lr=1e-4)
@@ -117,7 +121,7 @@ def test_course_model_exports_to_a_transformers_model_with_the_same_outputs(tok,
     transformers = pytest.importorskip("transformers")
     r = recipe("course")
     train = pretraining_loader(examples, tok, split=None, seed=0,
-                               **{**r.loader_options(), "batch_size": 8})
+                               options=r.loader_options(batch_size=8))
     model = tiny(tok, hidden_dropout=r.dropout, attention_dropout=r.dropout)
     pretrain(model, train, None, r.train_config(max_steps=3, batch_size=8, progress=False,
                                                  checkpoint_interval=None, device="cpu"),
@@ -127,8 +131,8 @@ def test_course_model_exports_to_a_transformers_model_with_the_same_outputs(tok,
     batch = next(iter(train))
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
-        ours = model.eval()(**inputs).mlm_logits
-        hf = theirs(**inputs).prediction_logits
+        ours = model.eval()(**inputs).mlm_logits  # (B*T, V): one row per position
+        hf = theirs(**inputs).prediction_logits.flatten(0, 1)  # (B, T, V) -> (B*T, V)
     assert torch.allclose(ours, hf, atol=1e-4)
 
 
@@ -158,7 +162,8 @@ def test_muon_run_resumes_exactly(tok, examples, tmp_path):
                          device="cpu")
 
     def loader():
-        return pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+        return pretraining_loader(examples, tok, split=None, seed=0,
+                                  options=LoaderOptions(batch_size=8))
 
     full = pretrain(tiny(tok), loader(), None, config, out_dir=tmp_path / "full")
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C when the 4th batch is asked for
@@ -198,7 +203,7 @@ def test_schedule_scales_every_group_from_its_own_peak():
              "token_type_ids": torch.zeros_like(ids), "labels": ids,
              "next_sentence_label": torch.zeros(2, dtype=torch.long)}
     lr = lr_at(50, config)
-    train_step(model, [batch], pretraining_objective(("mlm", "nsp")), optimizer,
+    train_step(model, [batch], PretrainingObjective(("mlm", "nsp")), optimizer,
                torch.amp.GradScaler("cpu", enabled=False), lr=lr, grad_clip=None,
                precision="fp32")
     rates = sorted({group["lr"] for group in optimizer.param_groups})
@@ -206,7 +211,7 @@ def test_schedule_scales_every_group_from_its_own_peak():
 
 
 def test_unknown_optimizer_is_refused():
-    with pytest.raises(ValueError, match="optimizer='sgd' is not one of adamw, muon"):
+    with pytest.raises(ValueError, match=r"optimizer='sgd' \(--optimizer\) is not one of adamw, muon"):
         TrainConfig(optimizer="sgd")
 
 
@@ -233,7 +238,8 @@ class CopyInput(nn.Module):
 
 
 def test_copying_scores_on_kept_targets_only(tok, examples):
-    val = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0, masking="static")
+    val = pretraining_loader(examples, tok, split=None, seed=0,
+                             options=LoaderOptions(batch_size=8, mask_schedule="static"))
     metrics = evaluate(CopyInput(tok.get_vocab_size()), val)
     assert metrics["kept_accuracy"] == 1.0
     assert metrics["mask_accuracy"] == 0.0 and metrics["random_accuracy"] == 0.0
@@ -243,7 +249,8 @@ def test_copying_scores_on_kept_targets_only(tok, examples):
 
 
 def test_kinds_need_the_mask_id_of_a_plain_list_of_batches(tok, examples):
-    batches = list(pretraining_loader(examples[:16], tok, split=None, batch_size=8, seed=0))
+    batches = list(pretraining_loader(examples[:16], tok, split=None, seed=0,
+                                      options=LoaderOptions(batch_size=8)))
     model = tiny(tok)
     assert "mask_accuracy" not in evaluate(model, batches)
     with_id = evaluate(model, batches, mask_id=special_ids(tok).mask)
@@ -260,7 +267,8 @@ def test_unigram_bar_is_the_top_share_and_the_entropy():
 def test_mlm_only_leaves_pooler_and_nsp_head_out_of_the_run_and_gives_them_back(tok, examples):
     model = tiny(tok)
     pooler = model.bert.pooler.weight.detach().clone()
-    train = pretraining_loader(examples, tok, split=None, batch_size=8, seed=0)
+    train = pretraining_loader(examples, tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8))
     config = TrainConfig(max_steps=2, batch_size=8, progress=False, checkpoint_interval=None,
                          eval_interval=None, device="cpu", weight_decay=0.5)
     pretrain(model, train, None, config, objectives=("mlm",))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,12 +12,24 @@ import torch
 
 import bertlab as bl
 from bertlab.cli import main
-from bertlab.data import BATCH_KEYS, NspDataset, PretrainingCollator, pretraining_loader
+from bertlab.data import (
+    BATCH_KEYS,
+    LoaderOptions,
+    NspDataset,
+    PretrainingCollator,
+    pretraining_loader,
+)
 from bertlab.document import Document, split_documents
-from bertlab.nsp import pair_draw_seed
-from bertlab.shards import ShardExamples, prepare_command, prepare_shards
+from bertlab.example import Example
+from bertlab.nsp import NOT_NEXT, pair_draw_seed
+from bertlab.shards import PrepareOptions, ShardExamples, prepare_command, prepare_shards
 from bertlab.single import create_single_examples
-from bertlab.streaming import StreamingNspBuilder, iter_documents, stream_nsp_examples
+from bertlab.streaming import (
+    StreamingNspBuilder,
+    StreamOptions,
+    iter_documents,
+    stream_nsp_examples,
+)
 from bertlab.textfiles import MAX_DOC_CHARS
 from bertlab.tokenizer import encode_sentences, load_tokenizer, save_tokenizer
 
@@ -42,9 +55,10 @@ def synthetic_docs(n: int, seed: int = 0) -> list[Document]:
 
 def test_shards_round_trip_exactly(tok, tmp_path):
     docs = synthetic_docs(90)
-    options = dict(max_seq_len=32, seed=5, batch_docs=16, reservoir_docs=10)
-    summary = prepare_shards(docs, tok, tmp_path, splits=None, shard_size=50, **options)
-    expected = list(stream_nsp_examples(docs, tok, **options))
+    stream = StreamOptions(max_seq_len=32, batch_docs=16, reservoir_docs=10)
+    summary = prepare_shards(docs, tok, tmp_path, PrepareOptions(stream, splits=None,
+                                                                 shard_size=50), seed=5)
+    expected = list(stream_nsp_examples(docs, tok, stream, seed=5))
     shards = ShardExamples(tmp_path)
     ds = NspDataset(shards)
     meta = json.loads((tmp_path / "meta.json").read_text())
@@ -56,6 +70,7 @@ def test_shards_round_trip_exactly(tok, tmp_path):
         assert item["token_type_ids"].tolist() == ex.token_type_ids
         assert item["next_sentence_label"] == ex.next_sentence_label
         assert shards.doc_id(i) == ex.doc_id and shards[i].doc_index == ex.doc_index
+        assert isinstance(shards[i], Example) and shards[i].b_len == ex.b_len
     with pytest.raises(IndexError, match="out of range"):
         shards[len(shards)]
     # Examples from shards batch exactly like the same examples in memory.
@@ -71,13 +86,14 @@ def test_shards_round_trip_exactly(tok, tmp_path):
 
 
 def test_streaming_negatives_come_from_other_documents_and_memory_is_bounded(tok):
-    builder = StreamingNspBuilder(tok, max_seq_len=32, batch_docs=8, reservoir_docs=5)
+    builder = StreamingNspBuilder(tok,
+                                  StreamOptions(max_seq_len=32, batch_docs=8, reservoir_docs=5))
     examples = []
     for doc in synthetic_docs(120, seed=1):
         examples.extend(builder.add(doc))
         assert len(builder.reservoir) <= 5 and len(builder.pending) < 8
     examples.extend(builder.finish())
-    random_next = [e for e in examples if e.is_random_next]
+    random_next = [e for e in examples if e.next_sentence_label == NOT_NEXT]
     assert random_next and all(e.b_doc_index != e.doc_index for e in random_next)
     share = len(random_next) / len(examples)
     assert 0.4 < share < 0.6
@@ -93,7 +109,7 @@ def test_prepare_splits_from_a_bert_format_file_and_load_by_split(tok, tmp_path)
     assert read[0].id == "corpus/0" and read[-1].id == f"corpus/{len(docs) - 1}"
     assert [d.id for d in read] == [d.id for d in bl.load_corpus(corpus)]
     out = tmp_path / "shards"
-    summary = prepare_shards(corpus, tok, out, max_seq_len=48)
+    summary = prepare_shards(corpus, tok, out, PrepareOptions(StreamOptions(max_seq_len=48)))
     groups = split_documents(read)
     for split in ("train", "validation"):
         assert summary["splits"][split]["documents"] == len(groups[split])
@@ -101,40 +117,43 @@ def test_prepare_splits_from_a_bert_format_file_and_load_by_split(tok, tmp_path)
         shards = ShardExamples(out / split)
         assert {shards.doc_id(i) for i in range(len(shards))} <= ids
     assert summary["documents_not_in_splits"] == len(groups["test"])
-    loader = pretraining_loader(out, tok, split="validation", batch_size=8)
-    assert loader.dataset.masking == "static" and len(loader.dataset) > 0
+    loader = pretraining_loader(out, tok, split="validation", options=LoaderOptions(batch_size=8))
+    assert loader.dataset.mask_schedule == "static" and len(loader.dataset) > 0
     batch = next(iter(loader))
     assert tuple(batch) == BATCH_KEYS and batch["input_ids"].shape[1] <= 48
 
 
 def test_prepare_and_shard_errors(tok, tmp_path):
     with pytest.raises(ValueError, match="has 1 document; NSP needs at least 2"):
-        prepare_shards(synthetic_docs(1), tok, tmp_path / "one", splits=None)
-    prepare_shards(synthetic_docs(10), tok, tmp_path / "all", splits=None, max_seq_len=32)
+        prepare_shards(synthetic_docs(1), tok, tmp_path / "one", PrepareOptions(splits=None))
+    prepare_shards(synthetic_docs(10), tok, tmp_path / "all",
+                   PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
     with pytest.raises(ValueError, match="already holds prepared NSP shards"):
-        prepare_shards(synthetic_docs(10), tok, tmp_path / "all", splits=None)
+        prepare_shards(synthetic_docs(10), tok, tmp_path / "all", PrepareOptions(splits=None))
     assert len(pretraining_loader(tmp_path / "all", tok).dataset) > 0
     with pytest.raises(ValueError, match="has no held-out|holds the whole corpus"):
         pretraining_loader(tmp_path / "all", tok, split="validation")
     with pytest.raises(ValueError, match="no meta.json"):
         pretraining_loader(tmp_path, tok)
     with pytest.raises(ValueError, match="splits="):
-        prepare_shards(synthetic_docs(4), tok, tmp_path / "x", splits=("dev",))
+        prepare_shards(synthetic_docs(4), tok, tmp_path / "x", PrepareOptions(splits=("dev",)))
     with pytest.raises(ValueError, match="shard_size"):
-        prepare_shards(synthetic_docs(4), tok, tmp_path / "y", shard_size=0)
+        prepare_shards(synthetic_docs(4), tok, tmp_path / "y", PrepareOptions(shard_size=0))
 
 
 def test_prepare_command_trains_or_loads_a_tokenizer_and_saves_it(tok, tmp_path):
     docs = synthetic_docs(40, seed=3)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join("\n".join(d.sentences) for d in docs) + "\n", encoding="utf-8")
-    summary = prepare_command(corpus, tmp_path / "trained", None, max_seq_len=32, vocab_size=200,
-                              splits=None)
+    summary = prepare_command(corpus, tmp_path / "trained", None,
+                              PrepareOptions(StreamOptions(max_seq_len=32), splits=None),
+                              vocab_size=200)
     trained = load_tokenizer(summary["tokenizer"])
     assert trained.get_vocab_size() <= 200
     assert len(pretraining_loader(tmp_path / "trained", trained).dataset) > 0
     saved = save_tokenizer(tok, tmp_path / "tok.json")
-    summary = prepare_command(corpus, tmp_path / "given", saved, max_seq_len=32, splits=None)
+    summary = prepare_command(corpus, tmp_path / "given", saved,
+                              PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
     assert load_tokenizer(summary["tokenizer"]).get_vocab() == tok.get_vocab()
 
 
@@ -164,7 +183,8 @@ def test_prepare_cuts_a_long_line_and_keeps_all_of_it(tok, tmp_path):
     corpus.write_text(" ".join(sentences), encoding="utf-8")
     assert corpus.stat().st_size > MAX_DOC_CHARS
     with pytest.warns(UserWarning, match="1 line"):
-        summary = prepare_shards(corpus, tok, tmp_path / "out", splits=None, max_seq_len=64)
+        summary = prepare_shards(corpus, tok, tmp_path / "out",
+                                 PrepareOptions(StreamOptions(max_seq_len=64), splits=None))
     meta = summary["splits"]["all"]
     assert summary["corpus_read"] == {"long_lines_split": 1, "documents_split": 1,
                                       "folders_skipped": 0, "hidden_skipped": 0,
@@ -179,7 +199,8 @@ def test_prepare_cuts_a_long_line_and_keeps_all_of_it(tok, tmp_path):
 
 
 def test_streaming_batches_are_bounded_by_characters(tok):
-    builder = StreamingNspBuilder(tok, max_seq_len=32, batch_docs=100, batch_chars=2_000)
+    builder = StreamingNspBuilder(tok,
+                                  StreamOptions(max_seq_len=32, batch_docs=100, batch_chars=2_000))
     for doc in synthetic_docs(60, seed=6):
         list(builder.add(doc))
         assert builder.pending_chars < 2_000 and len(builder.pending) < 100
@@ -204,8 +225,11 @@ def test_prepare_refuses_an_occupied_or_unsafe_out_folder_and_changes_nothing(to
     message = {"run": "already holds a pretraining run", "hf": "already holds a Hugging Face",
                "other": "already holds other files", "inside_corpus": "is inside the corpus folder"}
     before = folder_bytes(tmp_path)
-    for call in (lambda: prepare_shards(corpus, tok, out, max_seq_len=32),
-                 lambda: prepare_command(corpus, out, None, max_seq_len=32, vocab_size=200)):
+    for call in (lambda: prepare_shards(corpus, tok, out,
+                                        PrepareOptions(StreamOptions(max_seq_len=32))),
+                 lambda: prepare_command(corpus, out, None,
+                                         PrepareOptions(StreamOptions(max_seq_len=32)),
+                                         vocab_size=200)):
         with pytest.raises(ValueError, match=message[kind]):
             call()
         assert folder_bytes(tmp_path) == before  # nothing written, nothing left beside it
@@ -217,7 +241,8 @@ def test_prepare_failing_midway_leaves_no_shards(tok, tmp_path):
     (corpus / "zz_empty.txt").write_text("  \n", encoding="utf-8")  # read last: an error midway
     out = tmp_path / "out"
     with pytest.raises(ValueError, match=r"zz_empty\.txt' has no sentences"):
-        prepare_shards(corpus, tok, out, max_seq_len=32, batch_docs=4, shard_size=5)
+        prepare_shards(corpus, tok, out,
+                       PrepareOptions(StreamOptions(max_seq_len=32, batch_docs=4), shard_size=5))
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no partial folder either
 
@@ -227,13 +252,14 @@ def test_prepare_failing_midway_leaves_no_shards(tok, tmp_path):
 
     out.mkdir()  # an existing empty folder stays empty
     with pytest.raises(RuntimeError, match="disk went away"):
-        prepare_shards(failing_stream(), tok, out, splits=None, max_seq_len=32, batch_docs=4,
-                       shard_size=5)
+        prepare_shards(failing_stream(), tok, out, PrepareOptions(
+            StreamOptions(max_seq_len=32, batch_docs=4), splits=None, shard_size=5))
     assert list(out.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "out"]
     # The same corpus, once fixed, prepares into that folder.
     (corpus / "zz_empty.txt").unlink()
-    summary = prepare_shards(corpus, tok, out, max_seq_len=32, splits=None)
+    summary = prepare_shards(corpus, tok, out,
+                             PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
     assert summary["splits"]["all"]["documents"] == 40
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith("shard-")) == [
         "docs.txt", "meta.json", "tokenizer.json"]
@@ -251,7 +277,8 @@ def test_prepare_reads_rows_and_records_the_bad_rows_it_skipped(tok, tmp_path):
         assert [d.sentences for d in iter_documents(corpus, **read)] == [d.sentences for d in docs]
     tok_path = save_tokenizer(tok, tmp_path / "tok.json")
     with pytest.warns(UserWarning, match="skipped 1 bad row"):
-        summary = prepare_command(corpus, tmp_path / "out", tok_path, max_seq_len=48, read=read)
+        summary = prepare_command(corpus, tmp_path / "out", tok_path,
+                                  PrepareOptions(StreamOptions(max_seq_len=48), read=read))
     assert summary["corpus_read"]["bad_rows_skipped"] == 1
     meta = json.loads((tmp_path / "out" / "train" / "meta.json").read_text())
     assert meta["corpus_read"]["bad_rows_skipped"] == 1
@@ -260,8 +287,9 @@ def test_prepare_reads_rows_and_records_the_bad_rows_it_skipped(tok, tmp_path):
 def test_single_segment_shards_hold_the_examples_built_in_memory(tok, tmp_path):
     docs = synthetic_docs(160, seed=4)  # one to eight sentences each
     options = dict(max_seq_len=32, short_seq_prob=0.3)
-    summary = prepare_shards(docs, tok, tmp_path, seed=3, shard_size=40, batch_docs=16,
-                             pair_draws=2, segments="single", **options)
+    stream = StreamOptions(batch_docs=16, segments="single", **options)
+    summary = prepare_shards(docs, tok, tmp_path, PrepareOptions(stream, shard_size=40,
+                                                                 pair_draws=2), seed=3)
     train = split_documents(docs)["train"]
     meta = json.loads((tmp_path / "train" / "meta.json").read_text())
     assert meta["segments"] == "single" and len(meta["shards"]) > 2
@@ -274,9 +302,9 @@ def test_single_segment_shards_hold_the_examples_built_in_memory(tok, tmp_path):
     assert summary["splits"]["train"]["tokens_dropped"] == memory.info["tokens_cut"]
     assert json.loads((tmp_path / "validation" / "meta.json").read_text())["segments"] == "single"
     # Batches from the shards are those of single segments built from the documents.
-    common = dict(batch_size=8, max_seq_len=32, short_seq_prob=0.3, seed=3, pairs="single")
-    on_disk = pretraining_loader(tmp_path, tok, pair_draws=1, **common)
-    in_memory = pretraining_loader(docs, tok, **common)
+    common = LoaderOptions(batch_size=8, max_seq_len=32, short_seq_prob=0.3, pairs="single")
+    on_disk = pretraining_loader(tmp_path, tok, seed=3, options=replace(common, pair_draws=1))
+    in_memory = pretraining_loader(docs, tok, seed=3, options=common)
     for a, b in zip(on_disk, in_memory, strict=True):
         assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS)
         assert (a["next_sentence_label"] == -100).all() and (a["token_type_ids"] == 0).all()
@@ -284,24 +312,29 @@ def test_single_segment_shards_hold_the_examples_built_in_memory(tok, tmp_path):
 
 def test_single_segment_shards_and_pair_shards_are_not_mixed_up(tok, tmp_path):
     docs = synthetic_docs(20, seed=5)
-    prepare_shards(docs, tok, tmp_path / "single", splits=None, max_seq_len=32,
-                   segments="single")
-    prepare_shards(docs, tok, tmp_path / "pairs", splits=None, max_seq_len=32)
-    with pytest.raises(ValueError, match="hold single segments .* pass pairs='single'"):
-        pretraining_loader(tmp_path / "single", tok, split=None, pairs="nsp")
+    prepare_shards(docs, tok, tmp_path / "single",
+                   PrepareOptions(StreamOptions(max_seq_len=32, segments="single"), splits=None))
+    prepare_shards(docs, tok, tmp_path / "pairs",
+                   PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
+    with pytest.raises(ValueError,
+                       match=r"hold single segments .* pass LoaderOptions\(pairs='single'\)"):
+        pretraining_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="nsp"))
     with pytest.raises(ValueError, match="sop pairs are built from documents"):
-        pretraining_loader(tmp_path / "single", tok, split=None, pairs="sop")
+        pretraining_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="sop"))
     with pytest.raises(ValueError, match="hold NSP pairs;.* prepare them with --segments single"):
-        pretraining_loader(tmp_path / "pairs", tok, split=None, pairs="single")
+        pretraining_loader(tmp_path / "pairs", tok, split=None,
+                           options=LoaderOptions(pairs="single"))
     with pytest.raises(ValueError, match="segments='both' is not known"):
-        prepare_shards(docs, tok, tmp_path / "x", segments="both")
+        prepare_shards(docs, tok, tmp_path / "x", PrepareOptions(StreamOptions(segments="both")))
     with pytest.raises(ValueError, match="no pair label to balance"):
-        prepare_shards(docs, tok, tmp_path / "y", segments="single", balance="google")
+        prepare_shards(docs, tok, tmp_path / "y",
+                       PrepareOptions(StreamOptions(segments="single", balance="google")))
     # One document is enough for single segments (no negatives to draw from another).
-    prepare_shards(docs[:1], tok, tmp_path / "one", splits=None, segments="single")
-    with pytest.raises(ValueError, match="no document with text; single segments need at least 1"):
+    prepare_shards(docs[:1], tok, tmp_path / "one",
+                   PrepareOptions(StreamOptions(segments="single"), splits=None))
+    with pytest.raises(ValueError, match="is empty: no document has a sentence with text"):
         prepare_shards([Document(id="e", text="", sentences=[])], tok, tmp_path / "none",
-                       splits=None, segments="single")
+                       PrepareOptions(StreamOptions(segments="single"), splits=None))
 
 
 @pytest.mark.usefixtures("one_thread")

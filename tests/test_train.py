@@ -22,21 +22,19 @@ from bertlab.checkpoint import (
 )
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import history_table
-from bertlab.data import pretraining_loader
-from bertlab.masking import IGNORE_INDEX, MaskingConfig
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.fast import fast_inputs
+from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import (
+    PretrainingObjective,
     evaluate,
     fill_mask,
-    mlm_capacity,
     pretrain,
     pretraining_counts,
     pretraining_loss,
-    pretraining_objective,
-    target_share_bound,
     unigram_baseline,
-    unpadded_inputs,
 )
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import Objective, TrainConfig, build_optimizer, lr_at, train_loop
@@ -68,9 +66,11 @@ def make_model(tok, dropout: float = 0.1, hidden: int = 32, seed: int = 0) -> Be
 
 def loaders(examples, tok, batch_size=8, n_train=None, sampler=None):
     train = pretraining_loader(examples[:n_train] if n_train else examples, tok, split=None,
-                               batch_size=batch_size, seed=0, sampler=sampler)
-    val = pretraining_loader(examples[:48], tok, split=None, batch_size=8, shuffle=False,
-                             masking="static")
+                               seed=0, options=LoaderOptions(batch_size=batch_size,
+                                                             sampler=sampler))
+    val = pretraining_loader(examples[:48], tok, split=None,
+                             options=LoaderOptions(batch_size=8, shuffle=False,
+                                                   mask_schedule="static"))
     return train, val
 
 
@@ -280,15 +280,19 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tok, 
     train, _ = loaders(examples, tok)
     calls = {"n": 0}
 
-    def poisoned_loss(model, batch, totals):  # the 6th batch (step 5) goes bad
-        calls["n"] += 1
-        loss = pretraining_loss(model, batch, totals)
-        return loss * float("nan") if calls["n"] == 6 else loss
+    class Poisoned(Objective):  # the 6th batch (step 5) goes bad
+        def counts(self, batch):
+            return pretraining_counts(batch)
+
+        def loss(self, model, batch, totals):
+            calls["n"] += 1
+            loss = pretraining_loss(model, batch, totals)
+            return loss * float("nan") if calls["n"] == 6 else loss
 
     model = make_model(tok)
-    with pytest.raises(FloatingPointError, match=r"nan at step 5\b.*step-00000004"):
-        train_loop(model, train, quiet(max_steps=10, checkpoint_interval=2),
-                   Objective(poisoned_loss, pretraining_counts), out_dir=tmp_path / "run")
+    with pytest.raises(FloatingPointError, match=r"training loss is nan at step 5\b.*step-00000004"):
+        train_loop(model, train, quiet(max_steps=10, checkpoint_interval=2), Poisoned(),
+                   out_dir=tmp_path / "run")
     assert latest_checkpoint(tmp_path / "run").name == "step-00000004"
     assert all(torch.isfinite(p).all() for p in model.parameters())  # the update was skipped
     load_run(tmp_path / "run")  # and the checkpoint still loads
@@ -426,7 +430,7 @@ def test_resume_that_would_not_be_exact_is_refused_naming_both_values(tok, examp
     before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
     batch = change.get("batch_size", 8)
     train = pretraining_loader(examples[: change.get("n_train", 40)], tok, split=None,
-                               batch_size=batch, seed=change.get("seed", 0))
+                               seed=change.get("seed", 0), options=LoaderOptions(batch_size=batch))
     with pytest.raises(ValueError, match=message):
         pretrain(make_model(tok), train, None, quiet(max_steps=4, batch_size=batch),
                  out_dir=tmp_path / "run", resume=True)
@@ -492,25 +496,27 @@ def test_loader_batch_must_fit_the_global_batch(tok, examples):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"schedule": "step"}, "schedule='step' is not one of"),
+    ({"schedule": "step"}, r"schedule='step' \(--schedule\) is not one of"),
     ({"precision": "fp8"}, "precision='fp8'"),
     ({"max_steps": None}, "needs a budget"),
-    ({"max_steps": 0}, "max_steps must be a positive integer"),
-    ({"lr": -1.0}, "lr must be a positive number"),
+    ({"max_steps": 0}, r"TrainConfig.max_steps \(--max-steps\) must be a positive integer"),
+    ({"lr": -1.0}, r"lr \(--lr\) must be a positive number"),
     ({"batch_size": 10, "grad_accum": 3}, "not divisible by grad_accum=3"),
-    ({"warmup_fraction": 1.5}, r"warmup_fraction must be in \[0, 1\)"),
+    ({"warmup_fraction": 1.5}, r"warmup_fraction \(--warmup-fraction\) must be in \[0, 1\)"),
     ({"device": "gpu"}, "device='gpu'"),
     ({"betas": (0.9, 1.5)}, "betas"),
     ({"warmup_steps": 5000, "max_steps": 10}, "never leave warmup"),
-    ({"eps": float("inf")}, "eps must be a positive number, got inf; inf and NaN"),
-    ({"lr": float("inf")}, "lr must be a positive number, got inf"),
-    ({"max_minutes": float("inf")}, "max_minutes must be a positive number or None, got inf"),
-    ({"grad_clip": float("nan")}, "grad_clip must be a positive number or None, got nan"),
-    ({"weight_decay": float("nan")}, "weight_decay must be a number >= 0, got nan"),
-    ({"weight_decay": float("inf")}, "weight_decay must be a number >= 0, got inf"),
-    ({"weight_decay": -0.1}, "weight_decay must be a number >= 0, got -0.1"),
-    ({"muon_lr": float("inf")}, "muon_lr must be a positive number, got inf"),
-    ({"muon_lr": float("nan")}, "muon_lr must be a positive number, got nan"),
+    ({"eps": float("inf")}, r"eps \(--eps\) must be a positive number, got inf; inf and NaN"),
+    ({"lr": float("inf")}, r"lr \(--lr\) must be a positive number, got inf"),
+    ({"max_minutes": float("inf")},
+     r"max_minutes \(--max-minutes\) must be a positive number or None, got inf"),
+    ({"grad_clip": float("nan")}, r"grad_clip \(--grad-clip\) must be a positive number or None, "
+                                  r"got nan"),
+    ({"weight_decay": float("nan")}, r"weight_decay \(--weight-decay\) must be a number >= 0, got nan"),
+    ({"weight_decay": float("inf")}, r"weight_decay \(--weight-decay\) must be a number >= 0, got inf"),
+    ({"weight_decay": -0.1}, r"weight_decay \(--weight-decay\) must be a number >= 0, got -0.1"),
+    ({"muon_lr": float("inf")}, r"muon_lr \(--muon-lr\) must be a positive number, got inf"),
+    ({"muon_lr": float("nan")}, r"muon_lr \(--muon-lr\) must be a positive number, got nan"),
 ])
 def test_train_config_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -531,7 +537,7 @@ def test_fill_mask_ranks_the_vocabulary_at_each_mask(tok):
     assert model.training  # fill_mask left the mode as it was
     ids = torch.tensor([tok.encode("the [MASK] rose after the [MASK] said so").ids])
     with torch.no_grad():
-        logits = model.eval()(ids).mlm_logits[0, 2]
+        logits = model.eval()(ids).mlm_logits[2]  # (T, V) for one sequence: position 2
     top = logits.softmax(-1).topk(4)
     assert [t for t, _ in guesses[0]] == [tok.id_to_token(int(i)) for i in top.indices]
     assert probs == pytest.approx(top.values.tolist(), abs=1e-6)
@@ -628,17 +634,19 @@ def test_an_api_resume_with_other_learning_settings_is_refused(tok, examples, tm
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"mask_config": MaskingConfig(mlm_probability=0.4)},
+    ({"masking": MaskingConfig(mlm_probability=0.4)},
      "masking mlm_probability 0.15, this resume has 0.4"),
-    ({"mask_config": MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0)},
+    ({"masking": MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0)},
      "masking mask_replace_prob 0.8, this resume has 1.0"),
     ({"group_by_length": 2}, "group_by_length 0, this resume has 2"),
 ])
 def test_a_resume_with_other_masking_or_grouping_is_refused(tok, examples, tmp_path, change,
                                                             message):
-    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    train = pretraining_loader(examples[:40], tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8))
     pretrain(make_model(tok), train, None, quiet(max_steps=2), out_dir=tmp_path / "run")
-    other = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0, **change)
+    other = pretraining_loader(examples[:40], tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8, **change))
     with pytest.raises(ValueError, match=message):
         pretrain(make_model(tok), other, None, quiet(max_steps=4), out_dir=tmp_path / "run",
                  resume=True)
@@ -647,7 +655,8 @@ def test_a_resume_with_other_masking_or_grouping_is_refused(tok, examples, tmp_p
 def test_a_checkpoint_written_before_masking_and_grouping_were_recorded_still_resumes(
         tok, examples, tmp_path):
     config = quiet(max_steps=4, checkpoint_interval=2)
-    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    train = pretraining_loader(examples[:40], tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8))
     full = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "full")
     shutil.copytree(tmp_path / "full", tmp_path / "old")
     shutil.rmtree(tmp_path / "old" / "checkpoints" / "step-00000004")
@@ -658,7 +667,8 @@ def test_a_checkpoint_written_before_masking_and_grouping_were_recorded_still_re
     digests = json.loads((ckpt / "digests.json").read_text())
     digests["state.json"] = hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()
     (ckpt / "digests.json").write_text(json.dumps(digests))
-    train = pretraining_loader(examples[:40], tok, split=None, batch_size=8, seed=0)
+    train = pretraining_loader(examples[:40], tok, split=None, seed=0,
+                               options=LoaderOptions(batch_size=8))
     resumed = pretrain(make_model(tok), train, None, config, out_dir=tmp_path / "old",
                        resume=True)
     assert resumed.first_step == 2
@@ -713,7 +723,8 @@ def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, t
     other = [dataclasses.replace(e, input_ids=[e.input_ids[0], *reversed(e.input_ids[1:-1]),
                                                 e.input_ids[-1]]) for e in examples[:40]]
     assert len(other) == len(train.dataset)  # the same number of examples...
-    swapped = pretraining_loader(other, tok, split=None, batch_size=8, seed=0)
+    swapped = pretraining_loader(other, tok, split=None, seed=0,
+                                 options=LoaderOptions(batch_size=8))
     with pytest.raises(ValueError, match="training examples' digest .* this resume has"):
         pretrain(make_model(tok), swapped, None, quiet(max_steps=6, checkpoint_interval=2),
                  out_dir=tmp_path / "run", resume=True)  # ...but other text
@@ -723,7 +734,7 @@ def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, t
 def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, examples):
     # torch.compile (inductor: C++ on a CPU, Triton on a GPU) of the training forward, the loss
     # and the backward; the fused optimizer step stays eager. The MLM head gets a fixed number
-    # of rows (pretraining_loss's mlm_capacity), so no data-dependent shape splits the graph.
+    # of rows (bertlab.fast.mlm_capacity), so no data-dependent shape splits the graph.
     import torch._dynamo as dynamo
 
     train, _ = loaders(examples, tok)
@@ -738,39 +749,35 @@ def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, exa
     assert compiled.step_losses == pytest.approx(eager.step_losses, rel=1e-4)
 
 
-def test_a_batch_without_padding_reaches_the_model_without_a_mask_and_trains_the_same(tok,
-                                                                                    examples):
+def test_a_batch_without_padding_reaches_the_model_without_a_mask_and_trains_the_same(
+        tok, examples, monkeypatch):
     # No mask at all is the form in which scaled_dot_product_attention may pick its flash
     # kernel; the check runs on the CPU batch, so the step never waits on the device for it.
     full = [e for e in examples if len(e.input_ids) == SEQ][:16]
     assert len(full) == 16
-    batch = next(iter(pretraining_loader(full, tok, split=None, batch_size=16, seed=0)))
-    assert "attention_mask" not in unpadded_inputs(batch)
+    batch = next(iter(pretraining_loader(full, tok, split=None, seed=0,
+                                         options=LoaderOptions(batch_size=16))))
+    assert "attention_mask" not in fast_inputs(batch)
     short = next(e for e in examples if len(e.input_ids) < SEQ)
-    padded = next(iter(pretraining_loader([*full[:15], short], tok, split=None, batch_size=16)))
+    padded = next(iter(pretraining_loader([*full[:15], short], tok, split=None,
+                                          options=LoaderOptions(batch_size=16))))
     assert not bool(padded["attention_mask"].all())
-    assert unpadded_inputs(padded) is padded  # padding keeps its mask
+    assert fast_inputs(padded) is padded  # padding keeps its mask
     seen = []
-    model = make_model(tok, dropout=0.0)
-    model.register_forward_pre_hook(lambda m, args, kwargs: seen.append(
-        kwargs.get("attention_mask")), with_kwargs=True)
-    loader = pretraining_loader(full, tok, split=None, batch_size=8, seed=0)
-    run = pretrain(model, loader, None, quiet(max_steps=2, lr=1e-3))
+    handed = PretrainingObjective.inputs
+
+    def inputs(self, batch):
+        prepared = handed(self, batch)
+        seen.append(prepared.get("attention_mask"))
+        return prepared
+    loader = pretraining_loader(full, tok, split=None, seed=0, options=LoaderOptions(batch_size=8))
+    monkeypatch.setattr(PretrainingObjective, "inputs", inputs)
+    run = pretrain(make_model(tok, dropout=0.0), loader, None, quiet(max_steps=2, lr=1e-3))
     assert seen == [None, None]
-    masked = pretraining_objective(("mlm", "nsp"))
-    masked = dataclasses.replace(masked, inputs=None)  # the same steps, mask handed over
-    again = train_loop(make_model(tok, dropout=0.0), loader, quiet(max_steps=2, lr=1e-3), masked)
+    # The same steps with the all-ones mask handed over, as the batches come.
+    monkeypatch.setattr(PretrainingObjective, "inputs", lambda self, batch: batch)
+    again = train_loop(make_model(tok, dropout=0.0), loader, quiet(max_steps=2, lr=1e-3),
+                       PretrainingObjective(("mlm", "nsp")))
     assert run.step_losses == pytest.approx(again.step_losses, rel=1e-5)
 
 
-def test_the_mlm_capacity_is_fixed_by_the_shape_and_refuses_a_batch_that_overflows_it():
-    empty = torch.full((4, 16), IGNORE_INDEX)
-    assert mlm_capacity(empty.shape, 0.5) == 4 * 16 // 2 + 4  # half the positions, one more per row
-    assert mlm_capacity(empty.shape, 1.0) == 4 * 16  # never more rows than positions
-    assert target_share_bound(MaskingConfig(mlm_probability=0.4)) == pytest.approx(0.52)
-    crowded = empty.clone()
-    crowded[0, :15] = 7
-    batch = {"labels": crowded, "next_sentence_label": torch.zeros(4, dtype=torch.long)}
-    assert pretraining_counts(batch, target_share=0.5)["targets"] == 15  # it fits: counted
-    with pytest.raises(ValueError, match="15 MLM targets, more than the 8 rows"):
-        pretraining_counts(batch, target_share=0.05)  # refused on the CPU, before any forward

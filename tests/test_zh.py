@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertlab.corpus import load_corpus
-from bertlab.data import NspDataset, PretrainingCollator, pretraining_loader
+from bertlab.data import LoaderOptions, NspDataset, PretrainingCollator, pretraining_loader
 from bertlab.document import Document
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
@@ -41,9 +41,11 @@ def segmented(zh_news, zh_tok):
     return corpus, examples, [nsp_word_ids(e, corpus) for e in examples]
 
 
-def word_loader(examples, word_ids, tokenizer, **options):
-    """The Chinese pretraining loader: NSP examples masked by their gold words (or characters)."""
-    return pretraining_loader(examples, tokenizer, split=None, word_ids=word_ids, **options)
+def word_loader(examples, word_ids, tokenizer, seed=0, **options):
+    """The Chinese pretraining loader: NSP examples masked by their gold words (or characters);
+    `options` are `LoaderOptions`'."""
+    return pretraining_loader(examples, tokenizer, split=None, seed=seed, word_ids=word_ids,
+                              options=LoaderOptions(**options))
 
 
 def _groups(tokens: list[str], word_ids: list[int | None]) -> dict[int, str]:
@@ -114,7 +116,7 @@ def test_whole_word_masking_never_selects_part_of_a_word(zh_tok, segmented):
 
     def split_words(whole_word: bool) -> tuple[int, int]:
         loader = word_loader(examples, all_ids, zh_tok, whole_word=whole_word,
-                             batch_size=64, seed=3, mask_config=MaskingConfig(mlm_probability=0.3),
+                             batch_size=64, seed=3, masking=MaskingConfig(mlm_probability=0.3),
                              return_word_ids=True)
         partial = whole = 0
         for i, batch in enumerate(loader):
@@ -185,8 +187,8 @@ class _Guesser(torch.nn.Module):
 def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
     _, examples, all_ids = segmented
     loader = word_loader(examples[:200], all_ids[:200], zh_tok, whole_word=True, shuffle=False,
-                         masking="static", return_word_ids=True, batch_size=50,
-                         mask_config=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
+                         mask_schedule="static", return_word_ids=True, batch_size=50,
+                         masking=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
     oracle = whole_word_scores(_Guesser(zh_tok.get_vocab_size()), loader)
     assert oracle["char_accuracy"] == oracle["word_accuracy"] == 1.0
     assert oracle["multi_char_word_accuracy"] == 1.0 and oracle["multi_char_words"] > 100
@@ -202,8 +204,8 @@ def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
 def test_second_character_batches_keep_only_second_characters(zh_tok, segmented):
     _, examples, all_ids = segmented
     loader = word_loader(examples[:100], all_ids[:100], zh_tok, whole_word=True, shuffle=False,
-                         masking="static", return_word_ids=True, batch_size=25,
-                         mask_config=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
+                         mask_schedule="static", return_word_ids=True, batch_size=25,
+                         masking=MaskingConfig(mask_replace_prob=1.0, random_replace_prob=0.0))
     full = list(loader)
     hidden = second_character_batches(loader, reveal=False)
     shown = second_character_batches(loader, reveal=True, max_batches=2)

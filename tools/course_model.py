@@ -35,7 +35,7 @@ from bertlab.corpus import load_corpus
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.course.doctor import load_average
 from bertlab.course.traces import git_commit, make_trace
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.loading import load_model
 from bertlab.pretraining import evaluate
 from bertlab.recipes import VAL_SEQ_LEN, recipe
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model, tok = load_model(staging, require_tokenizer=True)
     docs = load_corpus("bbc")
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    val = pretraining_loader(docs, tok, split="validation", seed=0,
+                             options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     scores = evaluate(model, val, max_batches=50)
     cloze = cloze_score(model, tok, CLOZE_SET)
     count, digest = corpus_digest("bbc")

@@ -43,14 +43,15 @@ import torch
 
 from bertlab.corpus import load_corpus
 from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.device import resolve_device, resolve_precision
 from bertlab.document import split_documents
-from bertlab.downstream import linear_probe
+from bertlab.downstream import ProbeConfig, linear_probe
+from bertlab.example import Example
 from bertlab.finetune import FinetuneConfig, finetune_classifier
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import NspExample, create_nsp_examples
+from bertlab.nsp import create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
@@ -76,17 +77,17 @@ class BudgetData:
         self.splits = split_documents(docs)
         self.tokenizer = train_tokenizer(self.splits["train"], vocab_size=budget.vocab_size)
         self.max_seq_len = budget.max_seq_len
-        self._train: dict[int, list[NspExample]] = {}
+        self._train: dict[int, list[Example]] = {}
         self.validation = self._examples("validation", EVAL_SEED)
 
-    def _examples(self, split: str, seed: int) -> list[NspExample]:
+    def _examples(self, split: str, seed: int) -> list[Example]:
         if len(self.splits[split]) < 2:
             raise ValueError(f"the {split} split has {len(self.splits[split])} document(s); NSP "
                              f"needs at least 2: raise Budget.max_docs")
         return create_nsp_examples(self.splits[split], self.tokenizer,
                                    max_seq_len=self.max_seq_len, seed=seed)
 
-    def train(self, seed: int) -> list[NspExample]:
+    def train(self, seed: int) -> list[Example]:
         """Return the training pairs of a seed (built on first use)."""
         if seed not in self._train:
             self._train[seed] = self._examples("train", seed)
@@ -100,17 +101,18 @@ def _pretrain_cell(cell: Cell, data: BudgetData, stop_after: int | None = None
     b, s = cell.budget, cell.settings()
     tok = data.tokenizer
     examples = data.train(cell.seed)
-    loader = pretraining_loader(
-        examples, tok, split=None, batch_size=b.batch_size, seed=cell.seed,
-        masking=s["masking"], dupe_factor=s["dupe_factor"], mask_config=MaskingConfig(
-            mlm_probability=s["mlm_probability"], mask_replace_prob=s["mask_replace_prob"],
-            random_replace_prob=s["random_replace_prob"]))
+    loader = pretraining_loader(examples, tok, split=None, seed=cell.seed, options=LoaderOptions(
+        batch_size=b.batch_size, mask_schedule=s["masking"], dupe_factor=s["dupe_factor"],
+        masking=MaskingConfig(mlm_probability=s["mlm_probability"],
+                              mask_replace_prob=s["mask_replace_prob"],
+                              random_replace_prob=s["random_replace_prob"])))
     config = BertConfig.preset(b.preset, vocab_size=tok.get_vocab_size(), **b.model_overrides)
     model = BertForPreTraining(config, generator=torch.Generator().manual_seed(cell.seed))
     # The learning curve: held-out MLM / NSP accuracy at 9 points of the run, on a few batches
     # of the fixed validation pairs (the final numbers below use more).
-    curve_loader = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
-                                      seed=EVAL_SEED, shuffle=True, masking="static")
+    curve_loader = pretraining_loader(data.validation, tok, split=None, seed=EVAL_SEED,
+                                      options=LoaderOptions(batch_size=b.batch_size,
+                                                            mask_schedule="static"))
     train_config = TrainConfig(
         max_steps=b.max_steps, batch_size=b.batch_size, lr=b.lr, optimizer=b.optimizer,
         muon_lr=b.muon_lr,
@@ -155,10 +157,12 @@ def _train_and_measure(cell: Cell, data: BudgetData) -> dict[str, Any]:
     for suffix, mask_p, random_p in (("", 0.8, 0.1), ("_kept", 0.0, 0.0), ("_random", 0.0, 1.0)):
         # shuffle=True with a fixed seed: a random but fixed subset of the validation pairs (in
         # document order the first batches would all come from one topic).
-        val = pretraining_loader(data.validation, tok, split=None, batch_size=b.batch_size,
-                                 seed=EVAL_SEED, shuffle=True, masking="static",
-                                 mask_config=MaskingConfig(mask_replace_prob=mask_p,
-                                                           random_replace_prob=random_p))
+        val = pretraining_loader(data.validation, tok, split=None, seed=EVAL_SEED,
+                                 options=LoaderOptions(
+                                     batch_size=b.batch_size, shuffle=True,
+                                     mask_schedule="static",
+                                     masking=MaskingConfig(mask_replace_prob=mask_p,
+                                                           random_replace_prob=random_p)))
         scores = evaluate(model, val, b.eval_batches, device=device, precision=precision,
                           objectives=objectives)
         metrics[f"mlm_accuracy{suffix}"] = scores["mlm_accuracy"]
@@ -189,8 +193,9 @@ def _downstream_metrics(model: BertForPreTraining, data: BudgetData, b: Budget,
     if not b.probe:
         return metrics
     for pooling, name in (("pooled", "probe_accuracy"), ("cls", "probe_accuracy_cls")):
-        metrics[name] = linear_probe(model, data.docs, tokenizer=data.tokenizer, pooling=pooling,
-                                     seed=seed, max_seq_len=b.max_seq_len).accuracy
+        probe = ProbeConfig(pooling=pooling, max_seq_len=b.max_seq_len, seed=seed)
+        metrics[name] = linear_probe(model, data.docs, tokenizer=data.tokenizer,
+                                     config=probe).accuracy
     if b.finetune_epochs > 0:
         metrics["finetune_accuracy"] = finetune_classifier(
             model, data.docs, tokenizer=data.tokenizer, config=FinetuneConfig(
@@ -208,9 +213,9 @@ def unigram_reference(budget: Budget) -> dict[str, Any]:
     frequencies and no context, the bar every cell's accuracy is read against.
     """
     data = BudgetData(budget)
-    loaders = [pretraining_loader(examples, data.tokenizer, split=None,
-                                  batch_size=budget.batch_size, seed=EVAL_SEED, shuffle=True,
-                                  masking="static")
+    options = LoaderOptions(batch_size=budget.batch_size, mask_schedule="static")
+    loaders = [pretraining_loader(examples, data.tokenizer, split=None, seed=EVAL_SEED,
+                                  options=options)
                for examples in (data.train(EVAL_SEED), data.validation)]
     found = unigram_baseline(*loaders, max_batches=budget.eval_batches)
     return {"token": data.tokenizer.id_to_token(found["token_id"]),

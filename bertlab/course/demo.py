@@ -21,7 +21,7 @@ from bertlab.corpus import load_corpus
 from bertlab.course.cloze import cloze_score
 from bertlab.course.doctor import load_note
 from bertlab.course.viz import plot_training_curves
-from bertlab.data import pretraining_loader
+from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.device import resolve_device
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.model import BertForPreTraining
@@ -103,10 +103,10 @@ def _demo_data(course: Recipe) -> tuple[Any, Any, Any]:
     tok = train_tokenizer(docs, vocab_size=8192)
     print(f"3/7 NSP examples + dynamic masking ({course.mlm_probability:.0%} of the training "
           f"tokens; validation masked BERT's way, 15%)")
-    train = pretraining_loader(docs, tok, split="train", seed=0, **course.loader_options())
+    train = pretraining_loader(docs, tok, split="train", seed=0, options=course.loader_options())
     # BERT's masking (the defaults), shuffled in a fixed order: one yardstick for every recipe.
-    val = pretraining_loader(docs, tok, split="validation", batch_size=32,
-                             max_seq_len=VAL_SEQ_LEN, seed=0)
+    val = pretraining_loader(docs, tok, split="validation", seed=0,
+                             options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     print(f"    {len(train.dataset)} training pairs, {len(val.dataset)} validation pairs")
     return tok, train, val
 

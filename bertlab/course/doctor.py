@@ -292,7 +292,7 @@ def check_training_speed(seconds: float = 20.0) -> Check:
     docs = load_corpus("bbc")[:SPEED_DOCS]
     tok = train_tokenizer(docs, vocab_size=COURSE_VOCAB, cache=False)
     course = recipe("course")
-    loader = pretraining_loader(docs, tok, split="train", seed=0, **course.loader_options())
+    loader = pretraining_loader(docs, tok, split="train", seed=0, options=course.loader_options())
     model = BertForPreTraining(course.model_config("tiny", COURSE_VOCAB),
                                generator=torch.Generator().manual_seed(0))
     quiet = {"eval_interval": None, "checkpoint_interval": None, "progress": False,

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from bertlab.config import lr_at
-from bertlab.masking import BERT_MASKING
+from bertlab.masking import BERT_MASKING, MaskingConfig
 
 
 def _pyplot():
@@ -135,16 +135,14 @@ def _clip(token: str, width: int = 9) -> str:
     return token if len(token) <= width else token[: width - 1] + "…"
 
 
-def plot_masking_rates(decision_counts, *, mlm_probability: float = BERT_MASKING.mlm_probability,
-                       mask_replace_prob: float = BERT_MASKING.mask_replace_prob,
-                       random_replace_prob: float = BERT_MASKING.random_replace_prob):
+def plot_masking_rates(decision_counts, masking: MaskingConfig = BERT_MASKING):
     """Return a bar chart of measured vs expected masking rates, with spread over samples.
 
     `decision_counts` is an (S, 4) array: per sample (e.g. one batch), how many candidate
     positions got each `Decision` (NOT_TARGET, MASK, RANDOM, KEEP). Bars show the mean over
     samples of the selected share (of candidates) and of each perturbation (of targets); error
     bars are ± one standard deviation across samples (how much one sample wanders), and the black
-    arrows mark the expected values.
+    arrows mark the values `masking` (BERT's by default) expects.
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
@@ -155,8 +153,8 @@ def plot_masking_rates(decision_counts, *, mlm_probability: float = BERT_MASKING
     targets = counts[:, 1:].sum(axis=1)
     shares = np.column_stack([targets / counts.sum(axis=1),
                               counts[:, 1:] / np.maximum(targets, 1)[:, None]])  # (S, 4)
-    expected = [mlm_probability, mask_replace_prob, random_replace_prob,
-                1 - mask_replace_prob - random_replace_prob]
+    expected = [masking.mlm_probability, masking.mask_replace_prob, masking.random_replace_prob,
+                1 - masking.mask_replace_prob - masking.random_replace_prob]
     names = ["selected\n(of candidates)", "[MASK]\n(of targets)", "random\n(of targets)",
              "kept\n(of targets)"]
     colors = ["#6b7280", *MASKING_COLORS[1:]]

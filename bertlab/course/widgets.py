@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import torch
 
 from bertlab.course.viz import MASKING_COLORS
-from bertlab.masking import Decision, mask_tokens
+from bertlab.masking import Decision, MaskingConfig, mask_tokens
 from bertlab.nsp import IS_NEXT, NOT_NEXT
 
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
@@ -72,10 +72,10 @@ def masking_explorer(tokenizer, sentences, *, seed: int = 0):
         encoding = tokenizer.encode(sentences[which.value])
         ids = torch.tensor(encoding.ids)
         generator = torch.Generator().manual_seed(draws["n"])
-        masked, _, decisions = mask_tokens(
-            ids, tokenizer, mlm_probability=rate.value, mask_replace_prob=to_mask.value,
-            random_replace_prob=to_random.value, generator=generator, return_decisions=True,
-        )
+        masking = MaskingConfig(mlm_probability=rate.value, mask_replace_prob=to_mask.value,
+                                random_replace_prob=to_random.value)
+        masked, _, decisions = mask_tokens(ids, tokenizer, masking, generator=generator,
+                                           return_decisions=True)
         shown = [tokenizer.id_to_token(i) for i in masked.tolist()]
         counts = torch.bincount(decisions.long(), minlength=4).tolist()
         kept = round(1.0 - to_mask.value - to_random.value, 2)
