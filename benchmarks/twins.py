@@ -124,7 +124,12 @@ def train_stage(args: argparse.Namespace) -> int:
         while (todo and not stopping) or running:
             while todo and not stopping and len(running) < args.jobs:
                 arm, seed = todo.pop(0)
-                running.append((arm, seed, *start_run(args, arm, seed, commit)))
+                proc, sitting = start_run(args, arm, seed, commit)
+                running.append((arm, seed, proc, sitting))
+                if stopping:  # the signal came while it started: it goes to this run too
+                    proc.send_signal(stopping[0])
+                print(f"  {arm}-seed{seed}: {'resumed' if sitting['resumed'] else 'started'} "
+                      f"(pid {proc.pid})", flush=True)
             time.sleep(1)
             for item in [r for r in running if r[2].poll() is not None]:
                 running.remove(item)
@@ -158,8 +163,6 @@ def start_run(args: argparse.Namespace, arm: str, seed: int,
     proc = subprocess.Popen([sys.executable, "-m", "bertlab", *command,
                              *(["--resume"] if resume else [])], stdout=log,
                             stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    print(f"  {arm}-seed{seed}: {'resumed' if resume else 'started'} (pid {proc.pid})",
-          flush=True)
     return proc, {"commit": commit, "command": command, "resumed": resume, "log": log,
                   "train_argv": args.argv,
                   "started": time.strftime("%Y-%m-%d %H:%M:%S"), "clock": time.perf_counter(),
@@ -265,7 +268,7 @@ def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
     them: its corpus (text or shards), its pair kind, draw 0 of its data seed, seed 0 for
     validation."""
     from bertlab.corpus import load_corpus
-    from bertlab.data import pretraining_loader
+    from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.objectives import pairs_of
     from bertlab.shards import shard_pair_length
     from bertlab.util import folder_kind
@@ -282,8 +285,9 @@ def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
                    ("train", "validation")]
     else:
         docs = load_corpus(args["corpus"])
-        loaders = [pretraining_loader(docs, tok, split=s, max_seq_len=length, pairs=pairs,
-                                      seed=args["data_seed"] if s == "train" else 0)
+        loaders = [pretraining_loader(docs, tok, split=s,
+                                      seed=args["data_seed"] if s == "train" else 0,
+                                      options=LoaderOptions(max_seq_len=length, pairs=pairs))
                    for s in ("train", "validation")]
     return tuple(loader.dataset.examples for loader in loaders)
 
@@ -328,21 +332,22 @@ def cls_scores(model, tok, args: argparse.Namespace) -> dict:
     """Return the [CLS] probe (pooled, raw [CLS], mean) with all labels, and low-label
     fine-tuning and probe (pooled) at `--label-budgets` labels per class over
     `--finetune-seeds` seeds; each reading of the encoder is computed once."""
-    from bertlab.downstream import POOLINGS, cls_features, linear_probe
+    from bertlab.downstream import POOLINGS, ProbeConfig, cls_features, linear_probe
     from bertlab.finetune import FinetuneConfig, finetune_classifier, summarize
 
     docs, labels = task(args)
     features = {p: cls_features(model, docs, tok, pooling=p) for p in POOLINGS}
-    probes = {p: linear_probe(model, docs, labels, tokenizer=tok, pooling=p, features=features[p])
-              for p in POOLINGS}
+    probes = {p: linear_probe(model, docs, labels, tokenizer=tok, config=ProbeConfig(pooling=p),
+                              features=features[p]) for p in POOLINGS}
     results = []
     for k in args.label_budgets:
         for seed in range(args.finetune_seeds):
             tuned = finetune_classifier(model, docs, labels, tokenizer=tok, k_per_class=k,
                                         config=FinetuneConfig(seed=seed))
             tuned.model = None  # keep memory flat over many runs
-            results += [tuned, linear_probe(model, docs, labels, tokenizer=tok, k_per_class=k,
-                                            seed=seed, features=features["pooled"])]
+            results += [tuned, linear_probe(model, docs, labels, tokenizer=tok,
+                                            config=ProbeConfig(seed=seed), k_per_class=k,
+                                            features=features["pooled"])]
     rows = {f"{r['method']} @ {r['k_per_class']}": {
         "accuracy_mean": r["accuracy_mean"], "accuracy_std": r["accuracy_std"],
         "macro_f1_mean": r["macro_f1_mean"], "runs": r["runs"]} for r in summarize(results)}
@@ -350,6 +355,64 @@ def cls_scores(model, tok, args: argparse.Namespace) -> dict:
                                      for p, r in probes.items()},
             "low_label": rows, "finetune_seeds": args.finetune_seeds,
             "task_documents": len(docs)}
+
+
+def pair_predictions(model, tok, examples, masking) -> list[int]:
+    """Return the pair head's prediction (0 or 1) for each example, in order, the inputs masked
+    with `masking` (a MaskingConfig; one fixed mask per example)."""
+    from bertlab.data import LoaderOptions, pretraining_loader
+
+    loader = pretraining_loader(examples, tok, split=None, seed=0, options=LoaderOptions(
+        batch_size=64, max_seq_len=max(len(e.input_ids) for e in examples), masking=masking,
+        mask_schedule="static", shuffle=False))
+    found: list[int] = []
+    model.eval()
+    with torch.no_grad():
+        for batch in loader:
+            found += model(**batch).nsp_logits.argmax(-1).tolist()
+    return found
+
+
+def pair_limits(model, tok, summary: dict) -> dict:
+    """Return what the pair head's accuracy depends on, measured on the run's length: the
+    validation pairs unmasked, BERT-masked and masked as the run trained; pairs it trained on
+    (draw 0 of its data seed, up to 4,000); and for NSP, IsNext and NotNext by whether B's
+    document has A's topic (a head that only told topics apart would get every same-topic
+    NotNext wrong: `topic_only_ceiling`)."""
+    from bertlab.corpus import load_corpus
+    from bertlab.document import split_documents
+    from bertlab.masking import BERT_MASKING, MaskingConfig
+    from bertlab.nsp import IS_NEXT
+
+    length = summary["run"]["max_seq_len"]
+    train, val = pair_examples(summary, tok, length)
+    truth = [e.next_sentence_label for e in val]
+    maskings = {"unmasked": MaskingConfig(mask_replace_prob=0.0, random_replace_prob=0.0),
+                "bert_masked": BERT_MASKING,
+                "masked_as_trained": MaskingConfig(mlm_probability=summary["run"]["mlm_probability"])}
+    guesses = {name: pair_predictions(model, tok, val, m) for name, m in maskings.items()}
+    out = {"length": length, "validation_pairs": len(val),
+           "validation": {name: sum(map(int.__eq__, g, truth)) / len(val)
+                          for name, g in guesses.items()}}
+    seen = [train[i] for i in sorted(random.Random(0).sample(range(len(train)),
+                                                             min(4000, len(train))))]
+    right = map(int.__eq__, pair_predictions(model, tok, seen, BERT_MASKING),
+                [e.next_sentence_label for e in seen])
+    out["trained_pairs_bert_masked"] = {"pairs": len(seen), "accuracy": sum(right) / len(seen)}
+    args = summary["run"]["args"]
+    if summary["objectives"][1:] != ["nsp"] or Path(REPO / args["corpus"]).is_dir():
+        return out
+    docs = split_documents(load_corpus(args["corpus"]))["validation"]
+    kinds = {"is_next": [], "not_next_same_topic": [], "not_next_other_topic": []}
+    for e, guess in zip(val, guesses["bert_masked"], strict=True):
+        same = docs[e.doc_index].label == docs[e.b_doc_index].label
+        kind = ("is_next" if e.next_sentence_label == IS_NEXT else
+                "not_next_same_topic" if same else "not_next_other_topic")
+        kinds[kind].append(guess == e.next_sentence_label)
+    out["by_partner_bert_masked"] = {k: {"pairs": len(v), "accuracy": sum(v) / max(len(v), 1)}
+                                     for k, v in kinds.items()}
+    out["topic_only_ceiling"] = 1 - len(kinds["not_next_same_topic"]) / len(val)
+    return out
 
 
 def score_run(folder: Path, args: argparse.Namespace) -> dict:
@@ -382,24 +445,28 @@ def score_run(folder: Path, args: argparse.Namespace) -> dict:
         "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
         **cls_scores(model, tok, args),
     })
+    if pair is not None:
+        entry["pair_limits"] = pair_limits(model, tok, summary)
     return entry
 
 
-def random_init(runs: list[dict], args: argparse.Namespace) -> dict:
-    """Return the [CLS] probe of untrained models (each seed's initial weights): the floor."""
-    from bertlab.downstream import POOLINGS, linear_probe
+def random_init(runs: list[dict], args: argparse.Namespace, held: dict) -> dict:
+    """Return the [CLS] probe of untrained models (each seed's initial weights): the floor; the
+    seeds in `held` (a record's earlier ones) are kept as they are."""
+    from bertlab.downstream import POOLINGS, ProbeConfig, linear_probe
     from bertlab.loading import load_model
     from bertlab.model import BertForPreTraining
 
     docs, labels = task(args)
     folder = args.runs / f"{runs[0]['arm']}-seed{runs[0]['seed']}"
     trained, tok = load_model(folder / "model", require_tokenizer=True)
-    out = {}
-    for seed in sorted({r["seed"] for r in runs}):
+    out = dict(held)
+    for seed in sorted({r["seed"] for r in runs} - {int(k) for k in held}):
         model = BertForPreTraining(trained.config,
                                    generator=torch.Generator().manual_seed(seed))
         out[str(seed)] = {p: linear_probe(model, docs, labels, tokenizer=tok,
-                                          pooling=p).accuracy for p in POOLINGS}
+                                          config=ProbeConfig(pooling=p)).accuracy
+                          for p in POOLINGS}
     return out
 
 
@@ -477,8 +544,9 @@ def score_stage(args: argparse.Namespace) -> int:
               f", overlap rule {entry['word_overlap_rule'][str(YARDSTICK)]['accuracy']:.3f}, "
               f"cloze {entry['cloze']['top1']:.2f}, probe "
               f"{entry['cls_probe_all_labels']['pooled']['accuracy']:.3f}", flush=True)
-    if record["runs"] and "random_init" not in record:
-        record["random_init"] = random_init(record["runs"], args)
+    held = record.get("random_init", {})
+    if {str(r["seed"]) for r in record["runs"]} - set(held):  # a new seed: its initial weights
+        record["random_init"] = random_init(record["runs"], args, held)
         write_twins_record(path, record, args)
     for name, arm in (s.split("=", 1) for s in args.ship):
         ship(args, record, name, arm, path)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
+from bertlab.course.twins import arms_table, load_twins
 from bertlab.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,18 +81,36 @@ def test_three_arms_train_resume_score_and_ship(tmp_path):
                                                     - by["mlm"]["cloze"]["top1"])
     assert "pair_accuracy_64" in data["summary"]["per_arm"]["mlm+sop"]
     assert "pair_accuracy_64" not in data["summary"]["per_arm"]["mlm"]
+    # What limits the pair head, measured: masking, pairs it trained on, and for NSP the topic.
+    limits = by["mlm+nsp"]["pair_limits"]
+    assert set(limits["validation"]) == {"unmasked", "bert_masked", "masked_as_trained"}
+    assert all(0 <= a <= 1 for a in limits["validation"].values())
+    assert limits["trained_pairs_bert_masked"]["pairs"] > 0
+    partners = limits["by_partner_bert_masked"]
+    assert sum(k["pairs"] for k in partners.values()) == limits["validation_pairs"]
+    assert limits["topic_only_ceiling"] == pytest.approx(
+        1 - partners["not_next_same_topic"]["pairs"] / limits["validation_pairs"])
+    assert "by_partner_bert_masked" not in by["mlm+sop"]["pair_limits"]  # one document: no topic
+    assert "pair_limits" not in by["mlm"]
     # Scoring again adds nothing: every run is in the record already.
     before = record.read_text()
     run(*score[:-2])
     assert json.loads(record.read_text())["runs"] == json.loads(before)["runs"]
 
-    # What notebooks 05 and 06 print from such a record: every run, then each arm's gaps.
+    # What the notebooks read: one seed has no spread, so the course's reader refuses it...
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "twins-cpu.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="fewer than 2 seeds"):
+        load_twins(tmp_path)
+    table = arms_table(data, {"[MASK] at 64": "mask_accuracy_64", "pair at 64": "pair_accuracy_64"})
+    assert table.splitlines()[2].split()[:2] == ["mlm", f"{by['mlm']['at']['64']['mask_accuracy']:.3f}"]
+    assert "not trained" in table.splitlines()[2]
+    # ...and notebooks 05 and 06 print every run, then each arm's gaps.
     lines = twins_lines(data)
     assert "no pair head trained" in lines[2] and "NSP 0." in lines[1] and "SOP 0." in lines[3]
     assert any(line.startswith("mlm+sop - mlm, cloze_top1: ") for line in lines)
     assert [len(c) for c in gpu_curves(data).values()] == [3, 3, 3]
     # ...and a CPU record is never taken for a GPU result.
-    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "twins-gpu.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="made on a CPU .* not a GPU result"):
         load_gpu_records(tmp_path)

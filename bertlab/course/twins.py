@@ -1,0 +1,80 @@
+"""The twins, read for the notebooks: one recipe trained three ways, the objective the only change.
+
+`benchmarks/twins.py` trains the `nsp` recipe with masked LM + NSP, masked LM alone and masked LM +
+SOP (the same steps, seeds, data order and schedule) and records what each run learned in
+benchmarks/results/twins-cpu.json (a GPU session writes twins-gpu.json in the same format). The
+notebooks read that record here: each measure per arm as the mean and sample standard deviation
+over the seeds, and each arm minus the MLM-only twin paired by seed (mean and two standard
+errors). They never train the twins.
+
+Taught in notebooks/06_cls_and_downstream.ipynb
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CPU_RECORD = "twins-cpu.json"
+ARM_NAMES = {"mlm+nsp": "MLM + NSP", "mlm": "MLM alone", "mlm+sop": "MLM + SOP"}
+
+
+def load_twins(root: str | Path = "..", name: str = CPU_RECORD) -> dict[str, Any]:
+    """Return the twins' record under `root`/benchmarks/results (the repository's root; ".."
+    from notebooks/), refusing one that is missing or holds fewer than two seeds of an arm."""
+    path = Path(root) / "benchmarks" / "results" / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: python benchmarks/twins.py train --jobs 2, "
+                                f"then python benchmarks/twins.py score, write it")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    seeds = {arm: [r["seed"] for r in record["runs"] if r["arm"] == arm] for arm in ARM_NAMES}
+    thin = [arm for arm, found in seeds.items() if len(found) < 2]
+    if thin:
+        raise ValueError(f"{path} holds fewer than 2 seeds of {', '.join(thin)} ({seeds}): no "
+                         f"spread can be told; run benchmarks/twins.py train and score again")
+    return record
+
+
+def spread(record: dict[str, Any], arm: str, measure: str) -> dict[str, float]:
+    """Return one arm's measure over its seeds: mean, std (sample) and n, from the record's
+    summary (a KeyError names the measures it has)."""
+    per_arm = record["summary"]["per_arm"][arm]
+    if measure not in per_arm:
+        raise KeyError(f"no measure {measure!r} for {arm}; the record has {sorted(per_arm)}")
+    return per_arm[measure]
+
+
+def paired(record: dict[str, Any], arm: str, measure: str) -> dict[str, Any]:
+    """Return `arm` minus the MLM-only twin on `measure`, paired by seed: mean, two_se, n and
+    the per-seed differences."""
+    return record["summary"]["paired_by_seed"][f"{arm} - mlm"][measure]
+
+
+def runs_of(record: dict[str, Any], arm: str) -> list[dict[str, Any]]:
+    """Return the arm's runs, by seed."""
+    return sorted((r for r in record["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
+
+
+def mean_of(runs: list[dict[str, Any]], read) -> float:
+    """Return the mean over `runs` of `read(run)`."""
+    values = [read(r) for r in runs]
+    return sum(values) / len(values)
+
+
+def arms_table(record: dict[str, Any], measures: dict[str, str], arms=tuple(ARM_NAMES)) -> str:
+    """Return a table: one row per arm, one column per measure (label -> name in the record's
+    summary), each cell the mean +- sample std over the seeds, or "not trained"."""
+    width = max(len(label) for label in measures) + 2
+    lines = [f"{'arm':<11}" + "".join(f"{label:>{max(width, 16)}}" for label in measures)]
+    for arm in arms:
+        cells = []
+        for name in measures.values():
+            per_arm = record["summary"]["per_arm"][arm]
+            if name not in per_arm:
+                cells.append("not trained")
+                continue
+            s = per_arm[name]
+            cells.append(f"{s['mean']:.3f}" + ("" if s["std"] is None else f" ± {s['std']:.3f}"))
+        lines.append(f"{arm:<11}" + "".join(f"{c:>{max(width, 16)}}" for c in cells))
+    return "\n".join(lines)
