@@ -568,6 +568,7 @@ def check_same_origin(record: dict, summary: dict, path: Path) -> None:
 
 def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> None:
     """Write the record: what made it, the runs so far and their summaries."""
+    from bertlab.course.traces import git_commit
     from bertlab.recipes import recipe
     from bertlab.util import atomic_write_json
 
@@ -579,6 +580,7 @@ def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> No
         "device": first["device"], "commit": first["commit"],
         "train_command": "python benchmarks/twins.py train " + " ".join(args.train_argv),
         "score_command": "python benchmarks/twins.py score " + " ".join(args.argv),
+        "scored_with": git_commit(REPO),  # the scoring code's commit (the runs name theirs)
         "recipe": recipe(first["recipe"]).to_dict(), "steps": sorted({r["steps"] for r in runs}),
         "yardstick": f"BERT-masked validation pairs (15%, 80/10/10, seed 0) at "
                      f"{first['max_seq_len']} and {YARDSTICK} tokens, every pair",
