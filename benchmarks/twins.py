@@ -589,9 +589,11 @@ def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> No
 
 
 def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path) -> None:
-    """Write models/NAME: the arm's first seed as a Hugging Face folder, with MANIFEST.json."""
+    """Write models/NAME: the arm's first seed as a Hugging Face folder, with MANIFEST.json and
+    the model card it makes (README.md)."""
     import shutil
 
+    from bertlab.card import write_manifest_card
     from bertlab.course.traces import make_trace
     from bertlab.util import atomic_write_json
 
@@ -599,33 +601,63 @@ def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path
     if not runs:
         raise SystemExit(f"twins score --ship {name}={arm}: the record holds no {arm} run yet")
     run = min(runs, key=lambda r: r["seed"])
-    folder = args.runs / f"{arm}-seed{run['seed']}"
     out = args.models / name
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(folder / "model", staging)
-    command = run["command"].split()[3:]  # after "python -m bertlab"
-    manifest = {
-        "what": f"a {record['recipe']['name']}-recipe BERT pretrained by bertlab on BBC News "
-                f"with {' + '.join(o.upper() for o in run['objectives'])}: the {arm} arm of "
-                f"{_shown(str(path))}, seed {run['seed']}",
-        "objectives": run["objectives"], "device": run["device"], "command": run["command"],
-        "commit": run["commit"], "made_by": record["train_command"],
-        "scored_by": record["score_command"], "steps": run["steps"], "tokens": run["tokens"],
-        "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
-        "load_average": run["load_average"], "recipe": record["recipe"], "dtype": run["dtype"],
-        "scores": {k: run[k] for k in ("at", "word_overlap_rule", "cloze",
-                                       "cls_probe_all_labels", "low_label")},
-        "files": {f.name: f.stat().st_size for f in sorted(staging.iterdir()) if f.is_file()},
-    }
+    shutil.copytree(args.runs / f"{arm}-seed{run['seed']}" / "model", staging)
+    manifest = manifest_of(record, run, f"python benchmarks/twins.py score --ship {name}={arm}",
+                           path)
+    manifest["files"] = {f.name: f.stat().st_size for f in sorted(staging.iterdir())
+                         if f.is_file()}
     if run["device"] == "cpu":  # the command's first steps, replayed by tests/test_traces.py
-        manifest["trace"] = make_trace(command, TRACE_STEPS)
+        manifest["trace"] = make_trace(run["command"].split()[3:], TRACE_STEPS)
     atomic_write_json(staging / "MANIFEST.json", manifest)
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
+    write_manifest_card(out, f"models/{name}")
     biggest = max(f.stat().st_size for f in out.iterdir()) / 2**20
     print(f"model written: {out.relative_to(REPO) if out.is_relative_to(REPO) else out} "
           f"(largest file {biggest:.1f} MiB)")
+
+
+def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
+    """Return a shipped run's MANIFEST: what it is, how it was made (command, commit, device,
+    minutes, load), its corpus, and its scores, with the 64-token yardstick as `validation`."""
+    from dataclasses import replace
+
+    from bertlab.corpus import corpus_digest, load_corpus
+    from bertlab.recipes import Recipe
+
+    made = Recipe.from_dict(record["recipe"])
+    if list(made.objectives) != run["objectives"]:  # a twin: the recipe with its own objectives
+        made = replace(made.with_objectives(run["objectives"]), summary=(
+            f"the {made.name} recipe trained with {','.join(run['objectives'])} in place of its "
+            f"objectives ({made.summary})"))
+    words = run["command"].split()
+    corpus = words[words.index("--corpus") + 1]
+    count, digest = corpus_digest(load_corpus(corpus))
+    at = run["at"][str(YARDSTICK)]
+    pair = run["pair_objective"]
+    return {
+        "what": f"a tiny BERT pretrained by bertlab on BBC News with "
+                f"{' + '.join(o.upper() for o in run['objectives'])} ({record['recipe']['name']} "
+                f"recipe): the {run['arm']} arm of {_shown(str(path))}, seed {run['seed']}",
+        "objectives": run["objectives"], "device": run["device"], "command": run["command"],
+        "commands": [run["command"], shipped_by], "commit": run["commit"],
+        "made_by": record["train_command"], "scored_by": record["score_command"],
+        "steps": run["steps"], "tokens": run["tokens"],
+        "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
+        "load_average": run["load_average"], "recipe": made.to_dict(), "dtype": run["dtype"],
+        "corpus": {"name": corpus, "documents": count, "sha256": digest},
+        "validation": {"pairs": f"BERT-masked {YARDSTICK}-token validation pairs (every pair, "
+                                f"seed 0)", "mask_accuracy": at["mask_accuracy"],
+                       "mask_unigram_accuracy": at["mask_unigram_accuracy"],
+                       **({f"{pair}_accuracy": at["pair_accuracy"]} if pair else {})},
+        "cloze": run["cloze"],
+        "scores": {k: run[k] for k in ("at", "word_overlap_rule", "cloze",
+                                       "cls_probe_all_labels", "low_label", "pair_limits")
+                   if k in run},
+    }
 
 
 # ---------------------------------------------------------------------------------------------

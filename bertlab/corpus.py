@@ -386,6 +386,16 @@ def load_corpus(
     return docs
 
 
+def corpus_digest(docs: Iterable[Document]) -> tuple[int, str]:
+    """Return (documents, SHA-256 of their ids, splits and texts in order): what a shipped model's
+    MANIFEST names as the corpus it was trained on."""
+    h, count = hashlib.sha256(), 0
+    for d in docs:
+        h.update(f"{d.id}\t{d.split}\t{d.text}\n".encode())
+        count += 1
+    return count, h.hexdigest()
+
+
 def corpus_stats(docs: Iterable[Document]) -> dict[str, float]:
     """Return document, sentence and character counts of a corpus, and sentences per document."""
     docs = list(docs)

@@ -357,3 +357,31 @@ def test_the_two_configs_meet_in_one_mapping():
     theirs = transformers.BertConfig(**hf_config_fields(cfg))
     assert config_from_hf(theirs.to_dict()) == cfg  # and back, field for field
     assert theirs.hidden_act == "gelu"  # erf GELU, BERT's
+
+
+# The NSP twins shipped with the course (benchmarks/twins.py --ship): transformers loads both, and
+# its heads give bertlab's numbers, the NSP head included.
+TWINS = ("course-nsp", "course-mlm")
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_shipped_twins_load_in_transformers_with_bertlabs_nsp_logits(name):
+    from pathlib import Path
+
+    from bertlab.loading import load_model
+
+    transformers = pytest.importorskip("transformers")
+    folder = Path(__file__).resolve().parents[1] / "models" / name
+    manifest = json.loads((folder / "MANIFEST.json").read_text(encoding="utf-8"))
+    assert manifest["objectives"] == (["mlm", "nsp"] if name == "course-nsp" else ["mlm"])
+    assert manifest["device"] == "cpu" and manifest["steps"] == 10_000
+    assert max(f.stat().st_size for f in folder.iterdir()) <= 16 * 2**20
+    theirs = transformers.BertForPreTraining.from_pretrained(folder).eval()
+    ours, tok = load_model(folder, require_tokenizer=True)
+    pair = tok.encode("Shares rose sharply on Monday.", "Investors welcomed the [MASK] figures.")
+    ids, segments = torch.tensor([pair.ids]), torch.tensor([pair.type_ids])
+    with torch.no_grad():
+        a = theirs(input_ids=ids, token_type_ids=segments)
+        b = ours.eval()(ids, token_type_ids=segments)
+    torch.testing.assert_close(b.nsp_logits, a.seq_relationship_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(b.mlm_logits, a.prediction_logits[0], atol=1e-4, rtol=1e-5)

@@ -31,7 +31,7 @@ import bertlab
 from bertlab.card import write_manifest_card
 from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main as cli
-from bertlab.corpus import load_corpus
+from bertlab.corpus import corpus_digest, load_corpus
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.course.doctor import load_average
 from bertlab.course.traces import git_commit, make_trace
@@ -47,14 +47,6 @@ TRACE_STEPS = 300  # the reproduce trace: the command's first steps (about 20 s 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def corpus_digest(name: str) -> tuple[int, str]:
-    """Return (documents, SHA-256 of their ids, splits and texts in order)."""
-    h, docs = hashlib.sha256(), load_corpus(name)
-    for d in docs:
-        h.update(f"{d.id}\t{d.split}\t{d.text}\n".encode())
-    return len(docs), h.hexdigest()
 
 
 def shown(path: Path) -> str:
@@ -94,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                              options=LoaderOptions(batch_size=32, max_seq_len=VAL_SEQ_LEN))
     scores = evaluate(model, val, max_batches=50)
     cloze = cloze_score(model, tok, CLOZE_SET)
-    count, digest = corpus_digest("bbc")
+    count, digest = corpus_digest(docs)
     manifest = {
         "what": "a tiny BERT pretrained by bertlab with the course recipe on BBC News",
         "commands": [
