@@ -620,12 +620,32 @@ def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path
           f"(largest file {biggest:.1f} MiB)")
 
 
+def _corpus_facts(corpus: str) -> tuple[int, str, str]:
+    """Return (documents, SHA-256, what was hashed) of the corpus a run was trained on: of the documents' ids,
+    splits and texts for text, and of each split's meta.json and docs.txt (the document list)
+    for prepared shards, whose text is no longer there to read."""
+    import hashlib
+
+    from bertlab.corpus import corpus_digest, load_corpus
+    from bertlab.util import folder_kind
+
+    folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
+    if folder_kind(folder) != "shards":
+        return (*corpus_digest(load_corpus(corpus)), "their ids, splits and texts in order")
+    metas = sorted(folder.glob("*/meta.json")) or [folder / "meta.json"]
+    h, count = hashlib.sha256(), 0
+    for meta in metas:
+        count += json.loads(meta.read_text())["documents"]
+        for part in (meta, meta.with_name("docs.txt")):
+            h.update(part.read_bytes())
+    return count, h.hexdigest(), "each split's meta.json and docs.txt, the prepared shards"
+
+
 def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
     """Return a shipped run's MANIFEST: what it is, how it was made (command, commit, device,
     minutes, load), its corpus, and its scores, with the 64-token yardstick as `validation`."""
     from dataclasses import replace
 
-    from bertlab.corpus import corpus_digest, load_corpus
     from bertlab.recipes import Recipe
 
     made = Recipe.from_dict(record["recipe"])
@@ -635,7 +655,7 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
             f"objectives ({made.summary})"))
     words = run["command"].split()
     corpus = words[words.index("--corpus") + 1]
-    count, digest = corpus_digest(load_corpus(corpus))
+    count, digest, hashed = _corpus_facts(corpus)
     at = run["at"][str(YARDSTICK)]
     pair = run["pair_objective"]
     return {
@@ -648,7 +668,7 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
         "steps": run["steps"], "tokens": run["tokens"],
         "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
         "load_average": run["load_average"], "recipe": made.to_dict(), "dtype": run["dtype"],
-        "corpus": {"name": corpus, "documents": count, "sha256": digest},
+        "corpus": {"name": corpus, "documents": count, "sha256": digest, "sha256_of": hashed},
         "validation": {"pairs": f"BERT-masked {YARDSTICK}-token validation pairs (every pair, "
                                 f"seed 0)", "mask_accuracy": at["mask_accuracy"],
                        "mask_unigram_accuracy": at["mask_unigram_accuracy"],

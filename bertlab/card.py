@@ -202,8 +202,9 @@ def manifest_facts(folder: str | Path, shown: str | Path | None = None) -> dict[
         "recipe": made.name, "recipe_summary": made.summary, "steps": manifest.get("steps"),
         "batch_size": made.batch_size, "max_seq_len": made.max_seq_len,
         "corpus": corpus.get("name"),
-        "digest": (f"{corpus['documents']:,} documents, SHA-256 {corpus['sha256']} (of their "
-                   f"ids, splits and texts in order)") if corpus.get("sha256") else None,
+        "digest": (f"{corpus['documents']:,} documents, SHA-256 {corpus['sha256']} (of "
+                   f"{corpus.get('sha256_of', 'their ids, splits and texts in order')})")
+        if corpus.get("sha256") else None,
         "validation_about": scores.pop("pairs", None), "validation": scores,
         "cloze": manifest.get("cloze"), "commands": manifest.get("commands"),
     }
