@@ -539,8 +539,10 @@ def score_stage(args: argparse.Namespace) -> int:
         record["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
         write_twins_record(path, record, args)  # after every run: a later sitting skips it
         at = entry["at"][str(YARDSTICK)]
+        pair = at["pair_accuracy"]  # a number, or "not trained"
         print(f"{entry['arm']}-seed{entry['seed']}: [MASK] {at['mask_accuracy']:.3f} at "
-              f"{YARDSTICK} (bar {at['mask_unigram_accuracy']:.3f}), pair {at['pair_accuracy']}"
+              f"{YARDSTICK} (bar {at['mask_unigram_accuracy']:.3f}), pair "
+              f"{pair if isinstance(pair, str) else f'{pair:.3f}'}"
               f", overlap rule {entry['word_overlap_rule'][str(YARDSTICK)]['accuracy']:.3f}, "
               f"cloze {entry['cloze']['top1']:.2f}, probe "
               f"{entry['cls_probe_all_labels']['pooled']['accuracy']:.3f}", flush=True)

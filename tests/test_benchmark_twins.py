@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
-from bertlab.course.twins import arms_table, load_twins
+from bertlab.course.twins import arms_table, load_twins, verdict
 from bertlab.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,3 +170,10 @@ def test_cpu_runs_share_the_cores_and_take_the_recipes_step_budget(monkeypatch):
                                                              "mlm", 0))
     assert command[command.index("--threads") + 1] == "1"
     assert twins.main(["train", "--jobs", "1", "--threads", "2"]) == 0 and seen["threads"] == 2
+
+
+def test_a_verdict_is_a_difference_read_against_two_standard_errors():
+    assert verdict({"mean": 0.03, "two_se": 0.02}) == "higher"
+    assert verdict({"mean": -0.03, "two_se": 0.02}) == "lower"
+    assert verdict({"mean": 0.03, "two_se": 0.03}) == "within the noise"  # touching is not clearing
+    assert verdict({"mean": -0.01, "two_se": 0.05}) == "within the noise"

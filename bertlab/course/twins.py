@@ -78,3 +78,14 @@ def arms_table(record: dict[str, Any], measures: dict[str, str], arms=tuple(ARM_
             cells.append(f"{s['mean']:.3f}" + ("" if s["std"] is None else f" ± {s['std']:.3f}"))
         lines.append(f"{arm:<11}" + "".join(f"{c:>{max(width, 16)}}" for c in cells))
     return "\n".join(lines)
+
+
+def verdict(difference: dict[str, Any]) -> str:
+    """Return "higher", "lower" or "within the noise": where a difference (its mean and two
+    standard errors, as `paired` gives it) lies against zero. The notebooks' prose says one of
+    the three, and an assert beside it checks it with this function."""
+    if difference["mean"] - difference["two_se"] > 0:
+        return "higher"
+    if difference["mean"] + difference["two_se"] < 0:
+        return "lower"
+    return "within the noise"
