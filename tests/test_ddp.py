@@ -97,8 +97,9 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert sorted(rng) == ["rank0.torch_cpu", "rank1.torch_cpu"]
 
 
-@pytest.mark.slow
-def test_torchrun_cli_runs_two_processes(tmp_path):
+def _torchrun_pretrain(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run `pretrain` under torchrun with 2 CPU processes on 40 BBC documents and a very small
+    model; return the finished process and the run folder."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i, doc in enumerate(load_corpus("bbc")[:40]):
@@ -108,10 +109,16 @@ def test_torchrun_cli_runs_two_processes(tmp_path):
            "--master_port", str(_free_port()), "-m", "bertlab", "pretrain",
            "--corpus", str(corpus), "--out", str(out), "--vocab-size", "300",
            "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-           "--intermediate-size", "64", "--max-steps", "3", "--batch-size", "8",
-           "--eval-interval", "3", "--eval-batches", "1", "--no-progress", "--device", "cpu"]
+           "--intermediate-size", "64", "--max-steps", "3", *flags, "--no-progress",
+           "--device", "cpu"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env), out
+
+
+@pytest.mark.slow
+def test_torchrun_cli_runs_two_processes(tmp_path):
+    done, out = _torchrun_pretrain(tmp_path, "--batch-size", "8", "--eval-interval", "3",
+                                   "--eval-batches", "1")
     assert done.returncode == 0, done.stderr
     assert "2 process(es)" in done.stdout and done.stdout.count("done: 3 steps") == 1
     assert (out / "checkpoints" / "step-00000003" / "model.safetensors").is_file()
@@ -124,19 +131,7 @@ def test_torchrun_cli_runs_two_processes(tmp_path):
 def test_torchrun_refuses_a_batch_that_does_not_split_before_writing(tmp_path):
     # Each of 2 processes would load 3.5 examples of a batch of 7: the library refuses it, naming
     # the flag, before the run folder is made.
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i, doc in enumerate(load_corpus("bbc")[:40]):
-        (corpus / f"doc{i:02d}.txt").write_text(doc.text)
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_port", str(_free_port()), "-m", "bertlab", "pretrain",
-           "--corpus", str(corpus), "--out", str(out), "--vocab-size", "300",
-           "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-           "--intermediate-size", "64", "--max-steps", "3", "--batch-size", "7",
-           "--no-progress", "--device", "cpu"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    done, out = _torchrun_pretrain(tmp_path, "--batch-size", "7")
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert errors and all("TrainConfig.batch_size=7 (--batch-size)" in e and "2 process(es)" in e

@@ -124,15 +124,21 @@ def test_every_shipped_model_made_on_a_cpu_replays_its_trace(manifest):
     assert "trace" in made, (f"{manifest} has no reproduce trace; re-make the model with the "
                              f"command in its made_by, which writes one")
     found = replay(made["trace"])
-    recorded, here = made["trace"].get("machine"), machine()
-    where = ("" if recorded in (None, here) else
-             f" The trace was recorded on {recorded}, this is {here}, so its real numbers were "
-             f"compared within a relative {CROSS_MACHINE_RTOL:g} (the kernels of two CPUs "
-             f"differ by far less).")
+    where = _where(made["trace"])
     assert not found, (f"{manifest.parent.name} no longer replays its trace: today's code trains "
                        f"another stream ({'; '.join(found[:6])}). If the change was meant, re-make "
                        f"the model ({made.get('made_by')}) and what reads it; if not, find what "
                        f"moved the stream.{where}")
+
+
+def _where(trace: dict) -> str:
+    """Return what a failed replay's message adds when the trace came from another machine."""
+    recorded, here = trace.get("machine"), machine()
+    if recorded in (None, here):
+        return ""
+    return (f" The trace was recorded on {recorded}, this is {here}, so its real numbers were "
+            f"compared within a relative {CROSS_MACHINE_RTOL:g} (the kernels of two CPUs differ "
+            f"by far less).")
 
 
 # The benchmark records that carry a trace of one cheap cell (tools/record_traces.py writes them).
@@ -155,11 +161,7 @@ def test_every_traced_record_replays_its_cheap_cell(name):
     trace = record["trace"]
     assert trace.get("commit") and trace["gave"]
     found = replay_script(trace)
-    recorded, here = trace.get("machine"), machine()
-    where = ("" if recorded in (None, here) else
-             f" The trace was recorded on {recorded}, this is {here}, so its real numbers were "
-             f"compared within a relative {CROSS_MACHINE_RTOL:g} (the kernels of two CPUs "
-             f"differ by far less).")
+    where = _where(trace)
     assert not found, (f"benchmarks/results/{name}.json no longer replays its trace ({trace['what']}"
                        f"): {'; '.join(found[:6])}. If the change was meant, re-make the record "
                        f"({record['command']}) and run tools/record_traces.py; if not, find what "
