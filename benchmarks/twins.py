@@ -623,9 +623,9 @@ def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path
 
 
 def _corpus_facts(corpus: str) -> tuple[int, str, str]:
-    """Return (documents, SHA-256, what was hashed) of the corpus a run was trained on: of the documents' ids,
-    splits and texts for text, and of each split's meta.json and docs.txt (the document list)
-    for prepared shards, whose text is no longer there to read."""
+    """Return (documents, SHA-256, what was hashed) of the corpus a run was trained on: of the
+    documents' ids, splits and texts for text, and of each split's meta.json and docs.txt (the
+    document list) for prepared shards, whose text is no longer there to read."""
     import hashlib
 
     from bertlab.corpus import corpus_digest, load_corpus
@@ -656,12 +656,12 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
             f"the {made.name} recipe trained with {','.join(run['objectives'])} in place of its "
             f"objectives ({made.summary})"))
     words = run["command"].split()
-    corpus = words[words.index("--corpus") + 1]
+    corpus, preset = (words[words.index(flag) + 1] for flag in ("--corpus", "--preset"))
     count, digest, hashed = _corpus_facts(corpus)
     at = run["at"][str(YARDSTICK)]
     pair = run["pair_objective"]
     return {
-        "what": f"a tiny BERT pretrained by bertlab on BBC News with "
+        "what": f"a {preset} BERT pretrained by bertlab on BBC News with "
                 f"{' + '.join(o.upper() for o in run['objectives'])} ({record['recipe']['name']} "
                 f"recipe): the {run['arm']} arm of {_shown(str(path))}, seed {run['seed']}",
         "objectives": run["objectives"], "device": run["device"], "command": run["command"],
