@@ -16,18 +16,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bertlab.course.traces import REPO  # the checkout this bertlab is imported from
+
 CPU_RECORD = "twins-cpu.json"
 ARM_NAMES = {"mlm+nsp": "MLM + NSP", "mlm": "MLM alone", "mlm+sop": "MLM + SOP"}
-
-
-REPOSITORY = Path(__file__).resolve().parents[2]  # the checkout this bertlab is imported from
 
 
 def load_twins(root: str | Path | None = None, name: str = CPU_RECORD) -> dict[str, Any]:
     """Return the twins' record under `root`/benchmarks/results (default: the repository bertlab
     is imported from, so a notebook copied elsewhere still finds it), refusing one that is
     missing or holds fewer than two seeds of an arm."""
-    path = Path(REPOSITORY if root is None else root) / "benchmarks" / "results" / name
+    path = Path(REPO if root is None else root) / "benchmarks" / "results" / name
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: python benchmarks/twins.py train --jobs 2, "
                                 f"then python benchmarks/twins.py score, write it")
