@@ -41,6 +41,7 @@ from bertlab.objectives import SINGLE, pair_builder
 from bertlab.shards import (
     ShardExamples,
     check_pair_draws,
+    hash_listing,
     pair_draws_in,
     shard_folder,
     shard_segments,
@@ -191,9 +192,7 @@ class NspDataset(Dataset):
         for draw in self.draws:
             if isinstance(draw, ShardExamples):
                 h.update(f"draw {draw.draw}".encode() if draw.draw else b"")
-                for name in ("meta.json", "docs.txt"):
-                    if (draw.folder / name).is_file():
-                        h.update((draw.folder / name).read_bytes())
+                hash_listing(h, draw.folder)
                 continue
             for ex in draw:
                 h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())

@@ -356,6 +356,17 @@ def prepare_command(
     return prepare_shards(corpus, tok, out, options, seed=seed)
 
 
+def hash_listing(h: Any, folder: str | Path) -> None:
+    """Feed a prepared split's meta.json and docs.txt (its document list) into the hash `h`.
+
+    What tells two prepared corpora apart without reading every token: a resume's data digest
+    (`NspDataset.digest`) and a shipped model's corpus hash both use it.
+    """
+    for name in ("meta.json", "docs.txt"):
+        if (Path(folder) / name).is_file():
+            h.update((Path(folder) / name).read_bytes())
+
+
 def shard_folder(path: str | Path, split: str | None) -> Path:
     """Return the folder holding the shards of `split` under `path` (see `prepare_shards`)."""
     path = Path(path)

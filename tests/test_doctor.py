@@ -185,7 +185,7 @@ def test_seconds_must_be_positive(capsys):
 
 def test_an_installed_bertlab_reads_the_same_requirements_from_its_metadata(monkeypatch, tmp_path):
     from_pyproject = doctor.project_requirements()
-    monkeypatch.setattr(doctor, "ROOT", tmp_path)  # no checkout around the package
+    monkeypatch.setattr(doctor, "REPO", tmp_path)  # no checkout around the package
     python, requirements = doctor.project_requirements()
     assert python == from_pyproject[0]
     assert len(requirements) == len(from_pyproject[1])

@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 
 from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
+from bertlab.course.traces import REPO  # the checkout, when bertlab runs from one
 from bertlab.data import pretraining_loader
 from bertlab.device import resolve_device
 from bertlab.model import BertForPreTraining
@@ -48,7 +49,6 @@ try:  # part of JupyterLab: where it is missing the doctor must still run and sa
 except ImportError:
     jupyter_config_path = jupyter_path = None
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout, when bertlab runs from one
 # The counts the notebooks assert (00, 01 and 08); another count means another package version.
 BBC_ARTICLES, ZH_NEWS_ARTICLES, ZH_REVIEWS = 2225, 3214, 17363
 # Notebook 05's live run (2,500 steps of the course recipe, tiny preset) must fit the 5 minutes
@@ -116,7 +116,7 @@ def project_requirements() -> tuple[SpecifierSet, list[Requirement]]:
     From pyproject.toml in a checkout (what `make setup` installs from, so a stale install
     shows), else from the installed package's metadata.
     """
-    pyproject = ROOT / "pyproject.toml"
+    pyproject = REPO / "pyproject.toml"
     if tomllib is not None and pyproject.is_file():
         project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         if project.get("name") == "bertlab":
@@ -133,7 +133,7 @@ def project_requirements() -> tuple[SpecifierSet, list[Requirement]]:
 
 def constraint_pins() -> dict[str, SpecifierSet]:
     """Return the versions constraints.txt pins (the ones the notebooks' outputs were made with)."""
-    path = ROOT / "constraints.txt"
+    path = REPO / "constraints.txt"
     pins = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -145,7 +145,7 @@ def constraint_pins() -> dict[str, SpecifierSet]:
 
 
 def _pip_install(*specs: str) -> str:
-    constraints = ROOT / "constraints.txt"
+    constraints = REPO / "constraints.txt"
     pin = f" -c {_shown(constraints)}" if constraints.is_file() else ""
     return f"{_shown(sys.executable)} -m pip install{pin} " + " ".join(f'"{s}"' for s in specs)
 
