@@ -28,6 +28,7 @@ from tokenizers import Encoding, Tokenizer
 from bertlab.draws import Draws
 from bertlab.labels import IGNORE_INDEX
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
+from bertlab.util import flag_of
 
 SELECTIONS = ("bernoulli", "exact")
 # Kinds of random draw: each gets its own counter stream (see bertlab.draws), so they are independent.
@@ -50,8 +51,9 @@ class Decision(enum.IntEnum):
 
 
 def _check_probability(name: str, value: float) -> float:
-    if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        flag = f" ({flag_of(name)} on the command line)" if name == "mlm_probability" else ""
+        raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]{flag}")
     return float(value)
 
 
