@@ -629,6 +629,7 @@ def _corpus_facts(corpus: str) -> tuple[int, str, str]:
     import hashlib
 
     from bertlab.corpus import corpus_digest, load_corpus
+    from bertlab.shards import hash_listing
     from bertlab.util import folder_kind
 
     folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
@@ -638,9 +639,19 @@ def _corpus_facts(corpus: str) -> tuple[int, str, str]:
     h, count = hashlib.sha256(), 0
     for meta in metas:
         count += json.loads(meta.read_text())["documents"]
-        for part in (meta, meta.with_name("docs.txt")):
-            h.update(part.read_bytes())
+        hash_listing(h, meta.parent)
     return count, h.hexdigest(), "each split's meta.json and docs.txt, the prepared shards"
+
+
+def _corpus_title(corpus: str) -> str:
+    """Return how a MANIFEST names the corpus a run read: a built-in one by its title."""
+    from bertlab.card import KNOWN_CORPORA
+    from bertlab.util import folder_kind
+
+    if corpus in KNOWN_CORPORA:
+        return KNOWN_CORPORA[corpus][0]
+    folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
+    return f"{'the prepared shards' if folder_kind(folder) == 'shards' else 'the corpus'} {corpus}"
 
 
 def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
@@ -661,7 +672,7 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
     at = run["at"][str(YARDSTICK)]
     pair = run["pair_objective"]
     return {
-        "what": f"a {preset} BERT pretrained by bertlab on BBC News with "
+        "what": f"a {preset} BERT pretrained by bertlab on {_corpus_title(corpus)} with "
                 f"{' + '.join(o.upper() for o in run['objectives'])} ({record['recipe']['name']} "
                 f"recipe): the {run['arm']} arm of {_shown(str(path))}, seed {run['seed']}",
         "objectives": run["objectives"], "device": run["device"], "command": run["command"],

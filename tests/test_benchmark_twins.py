@@ -117,6 +117,7 @@ def test_three_arms_train_resume_score_and_ship(tmp_path):
 
     manifest = json.loads((models / "test-nsp" / "MANIFEST.json").read_text())
     assert manifest["objectives"] == ["mlm", "nsp"] and manifest["device"] == "cpu"
+    assert manifest["what"].startswith("a tiny BERT pretrained by bertlab on BBC News with MLM + NSP")
     assert manifest["trace"]["history"] and manifest["commit"] == by["mlm+nsp"]["commit"]
     model, tok = load_model(models / "test-nsp", require_tokenizer=True)
     assert tok.get_vocab_size() == model.config.vocab_size

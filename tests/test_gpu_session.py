@@ -80,6 +80,7 @@ def test_the_session_runs_phase_by_phase_and_packs_what_comes_back(tmp_path):
     assert {r["arm"] for r in record["runs"]} == {"mlm+nsp", "mlm"}
     manifest = json.loads((tmp_path / "models" / "gpu-mini" / "MANIFEST.json").read_text())
     assert "trace" not in manifest and manifest["device"].startswith("NVIDIA H200")
+    assert manifest["what"].startswith("a mini BERT pretrained by bertlab on the prepared shards ")
     assert record["device"].startswith("NVIDIA H200 (relabelled")
 
 
