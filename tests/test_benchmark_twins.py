@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
-from bertlab.course.twins import arms_table, load_twins, verdict
+from bertlab.course.twins import above_rule, arms_table, load_twins, mean_std, verdict
 from bertlab.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,3 +178,19 @@ def test_a_verdict_is_a_difference_read_against_two_standard_errors():
     assert verdict({"mean": -0.03, "two_se": 0.02}) == "lower"
     assert verdict({"mean": 0.03, "two_se": 0.03}) == "within the noise"  # touching is not clearing
     assert verdict({"mean": -0.01, "two_se": 0.05}) == "within the noise"
+
+
+def test_the_head_minus_the_rule_adds_the_rules_own_error_to_the_seeds_spread():
+    def run(seed, head, rule, se):
+        return {"arm": "mlm+nsp", "seed": seed, "at": {"64": {"pair_accuracy": head}},
+                "word_overlap_rule": {"64": {"accuracy": rule, "se": se}}}
+
+    record = {"runs": [run(1, 0.80, 0.60, 0.01), run(0, 0.70, 0.60, 0.02), run(0, 0.5, 0.5, 0.0)
+                       | {"arm": "mlm+sop"}]}
+    gap = above_rule(record, "mlm+nsp", "64")
+    assert gap["n"] == 2 and gap["differences"] == pytest.approx([0.10, 0.20])  # by seed
+    # the seeds' spread (sample std 0.0707 over 2) and the larger of the rule's errors, added
+    assert gap["mean"] == pytest.approx(0.15)
+    assert gap["two_se"] == pytest.approx(2 * (0.005 / 2 + 0.02 ** 2) ** 0.5)
+    assert verdict(gap) == "higher"
+    assert mean_std([0.1, 0.2, 0.3]) == pytest.approx((0.2, 0.1))

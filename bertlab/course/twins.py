@@ -13,6 +13,8 @@ Taught in notebooks/06_cls_and_downstream.ipynb
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,25 @@ def mean_of(runs: list[dict[str, Any]], read) -> float:
     """Return the mean over `runs` of `read(run)`."""
     values = [read(r) for r in runs]
     return sum(values) / len(values)
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Return the mean and the sample standard deviation of `values` (two or more)."""
+    return statistics.mean(values), statistics.stdev(values)
+
+
+def above_rule(record: dict[str, Any], arm: str, length: str) -> dict[str, Any]:
+    """Return the arm's pair head minus notebook 03's word-overlap rule refitted on the same
+    `length`-token validation pairs, paired by seed: mean, two_se, n and the per-seed
+    differences, as `paired` gives them (so `verdict` reads it). The two standard errors add the
+    rule's own sampling error on those pairs to the seeds' spread."""
+    runs = runs_of(record, arm)
+    diffs = [r["at"][length]["pair_accuracy"] - r["word_overlap_rule"][length]["accuracy"]
+             for r in runs]
+    mean, std = mean_std(diffs)
+    rule_se = max(r["word_overlap_rule"][length]["se"] for r in runs)
+    return {"mean": mean, "two_se": 2 * math.sqrt(std ** 2 / len(diffs) + rule_se ** 2),
+            "n": len(diffs), "differences": diffs}
 
 
 def arms_table(record: dict[str, Any], measures: dict[str, str], arms=tuple(ARM_NAMES)) -> str:
