@@ -169,7 +169,7 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
 
     Pretrains with the course recipe (`bertlab.recipes`) for `steps` optimizer steps (default
     `DEMO_STEPS`: about 4 minutes on a 2-core CPU, so the whole demo stays within about 10; a
-    step budget, not a time budget, gives the same model on every machine), then fine-tunes
+    step budget, not a time budget, gives the same model on every run of one machine), then fine-tunes
     its [CLS] for `finetune_epochs` on BBC topics with all labels and with 8 and 32 per class
     (3 seeds). `threads`: torch CPU threads (default on a CPU: `cpu_threads` of the preset).
     The caller checks `out` (see DEMO_FILES): a previous demo's run inside it is replaced.
