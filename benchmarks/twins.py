@@ -521,6 +521,8 @@ def _spread(values: list[float], seeds: list[int] | None = None) -> dict:
 
 def score_stage(args: argparse.Namespace) -> int:
     """Score every finished run the record lacks, append it, redo the summaries; ship models."""
+    from bertlab.course.traces import git_commit
+
     if args.threads:
         torch.set_num_threads(args.threads)
     path = args.record or record_path(args.device)
@@ -535,6 +537,9 @@ def score_stage(args: argparse.Namespace) -> int:
             continue
         check_same_origin(record, summary, path)
         entry = score_run(summary_file.parent, args)
+        # Sittings may score with other threads or code: each run names what scored it.
+        entry["scored_by"] = {"command": "python benchmarks/twins.py score " + " ".join(args.argv),
+                              "commit": git_commit(REPO)}
         record["runs"].append(entry)
         record["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
         write_twins_record(path, record, args)  # after every run: a later sitting skips it
@@ -581,8 +586,9 @@ def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> No
                 "difference); pair accuracy is NSP for the NSP arm, SOP for the SOP arm",
         "device": first["device"], "commit": first["commit"],
         "train_command": "python benchmarks/twins.py train " + " ".join(args.train_argv),
+        # the latest scoring's command and code; each run's own is its "scored_by"
         "score_command": "python benchmarks/twins.py score " + " ".join(args.argv),
-        "scored_with": git_commit(REPO),  # the scoring code's commit (the runs name theirs)
+        "scored_with": git_commit(REPO),
         "recipe": recipe(first["recipe"]).to_dict(), "steps": sorted({r["steps"] for r in runs}),
         "yardstick": f"BERT-masked validation pairs (15%, 80/10/10, seed 0) at "
                      f"{first['max_seq_len']} and {YARDSTICK} tokens, every pair",

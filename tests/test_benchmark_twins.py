@@ -66,6 +66,8 @@ def test_three_arms_train_resume_score_and_ship(tmp_path):
     assert data["device"] == "cpu" and [r["arm"] for r in data["runs"]] == [
         "mlm+nsp", "mlm", "mlm+sop"]
     by = {r["arm"]: r for r in data["runs"]}
+    assert by["mlm"]["scored_by"] == {"command": "python benchmarks/twins.py score " + " ".join(
+        score[1:]), "commit": data["scored_with"]}  # each run names what scored it
     assert by["mlm"]["at"]["64"]["pair_accuracy"] == "not trained"
     assert all("pair_accuracy" not in h for h in by["mlm"]["history"]["128"])
     for arm in ("mlm+nsp", "mlm+sop"):
