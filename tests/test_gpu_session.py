@@ -80,7 +80,9 @@ def test_the_session_runs_phase_by_phase_and_packs_what_comes_back(tmp_path):
     assert {r["arm"] for r in record["runs"]} == {"mlm+nsp", "mlm"}
     manifest = json.loads((tmp_path / "models" / "gpu-mini" / "MANIFEST.json").read_text())
     assert "trace" not in manifest and manifest["device"].startswith("NVIDIA H200")
-    assert manifest["what"].startswith("a mini BERT pretrained by bertlab on the prepared shards ")
+    preset = manifest["command"].split()[manifest["command"].split().index("--preset") + 1]
+    assert manifest["what"].startswith(f"a {preset} BERT pretrained by bertlab on the prepared "
+                                       f"shards ")  # the walk's preset (tiny), its shards named
     assert record["device"].startswith("NVIDIA H200 (relabelled")
 
 
