@@ -628,36 +628,30 @@ def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path
           f"(largest file {biggest:.1f} MiB)")
 
 
-def _corpus_facts(corpus: str) -> tuple[int, str, str]:
-    """Return (documents, SHA-256, what was hashed) of the corpus a run was trained on: of the
-    documents' ids, splits and texts for text, and of each split's meta.json and docs.txt (the
-    document list) for prepared shards, whose text is no longer there to read."""
+def _corpus_facts(corpus: str) -> tuple[str, int, str, str]:
+    """Return (title, documents, SHA-256, what was hashed) of the corpus a run was trained on.
+    A built-in corpus goes by its title. Text is hashed by its documents' ids, splits and texts;
+    prepared shards, whose text is no longer there to read, by each split's meta.json and
+    docs.txt (the document list)."""
     import hashlib
 
+    from bertlab.card import KNOWN_CORPORA
     from bertlab.corpus import corpus_digest, load_corpus
     from bertlab.shards import hash_listing
     from bertlab.util import folder_kind
 
     folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
-    if folder_kind(folder) != "shards":
-        return (*corpus_digest(load_corpus(corpus)), "their ids, splits and texts in order")
+    shards = folder_kind(folder) == "shards"
+    title = (KNOWN_CORPORA[corpus][0] if corpus in KNOWN_CORPORA
+             else f"{'the prepared shards' if shards else 'the corpus'} {corpus}")
+    if not shards:
+        return (title, *corpus_digest(load_corpus(corpus)), "their ids, splits and texts in order")
     metas = sorted(folder.glob("*/meta.json")) or [folder / "meta.json"]
     h, count = hashlib.sha256(), 0
     for meta in metas:
         count += json.loads(meta.read_text())["documents"]
         hash_listing(h, meta.parent)
-    return count, h.hexdigest(), "each split's meta.json and docs.txt, the prepared shards"
-
-
-def _corpus_title(corpus: str) -> str:
-    """Return how a MANIFEST names the corpus a run read: a built-in one by its title."""
-    from bertlab.card import KNOWN_CORPORA
-    from bertlab.util import folder_kind
-
-    if corpus in KNOWN_CORPORA:
-        return KNOWN_CORPORA[corpus][0]
-    folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
-    return f"{'the prepared shards' if folder_kind(folder) == 'shards' else 'the corpus'} {corpus}"
+    return title, count, h.hexdigest(), "each split's meta.json and docs.txt, the prepared shards"
 
 
 def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
@@ -674,16 +668,17 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
             f"objectives ({made.summary})"))
     words = run["command"].split()
     corpus, preset = (words[words.index(flag) + 1] for flag in ("--corpus", "--preset"))
-    count, digest, hashed = _corpus_facts(corpus)
+    title, count, digest, hashed = _corpus_facts(corpus)
     at = run["at"][str(YARDSTICK)]
     pair = run["pair_objective"]
     return {
-        "what": f"a {preset} BERT pretrained by bertlab on {_corpus_title(corpus)} with "
+        "what": f"a {preset} BERT pretrained by bertlab on {title} with "
                 f"{' + '.join(o.upper() for o in run['objectives'])} ({record['recipe']['name']} "
                 f"recipe): the {run['arm']} arm of {_shown(str(path))}, seed {run['seed']}",
         "objectives": run["objectives"], "device": run["device"], "command": run["command"],
         "commands": [run["command"], shipped_by], "commit": run["commit"],
-        "made_by": record["train_command"], "scored_by": record["score_command"],
+        "made_by": record["train_command"],
+        "scored_by": run.get("scored_by", {}).get("command", record["score_command"]),
         "steps": run["steps"], "tokens": run["tokens"],
         "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
         "load_average": run["load_average"], "recipe": made.to_dict(), "dtype": run["dtype"],

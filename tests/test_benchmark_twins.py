@@ -121,6 +121,8 @@ def test_three_arms_train_resume_score_and_ship(tmp_path):
     assert manifest["objectives"] == ["mlm", "nsp"] and manifest["device"] == "cpu"
     assert manifest["what"].startswith("a tiny BERT pretrained by bertlab on BBC News with MLM + NSP")
     assert manifest["trace"]["history"] and manifest["commit"] == by["mlm+nsp"]["commit"]
+    assert manifest["scored_by"] == by["mlm+nsp"]["scored_by"]["command"]  # its own scoring
+    assert manifest["corpus"]["documents"] == 2225 and len(manifest["corpus"]["sha256"]) == 64
     model, tok = load_model(models / "test-nsp", require_tokenizer=True)
     assert tok.get_vocab_size() == model.config.vocab_size
     assert torch.isfinite(next(model.parameters())).all()
