@@ -525,6 +525,9 @@ def score_stage(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    # Sittings may score with other threads or code: each run names what scored it.
+    args.scored_by = {"command": "python benchmarks/twins.py score " + " ".join(args.argv),
+                      "commit": git_commit(REPO)}
     path = args.record or record_path(args.device)
     record = json.loads(path.read_text()) if path.is_file() else {"runs": []}
     held = {(r["arm"], r["seed"]) for r in record["runs"]}
@@ -536,10 +539,7 @@ def score_stage(args: argparse.Namespace) -> int:
         if (summary["arm"], summary["seed"]) in held:
             continue
         check_same_origin(record, summary, path)
-        entry = score_run(summary_file.parent, args)
-        # Sittings may score with other threads or code: each run names what scored it.
-        entry["scored_by"] = {"command": "python benchmarks/twins.py score " + " ".join(args.argv),
-                              "commit": git_commit(REPO)}
+        entry = {**score_run(summary_file.parent, args), "scored_by": args.scored_by}
         record["runs"].append(entry)
         record["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
         write_twins_record(path, record, args)  # after every run: a later sitting skips it
@@ -575,7 +575,6 @@ def check_same_origin(record: dict, summary: dict, path: Path) -> None:
 
 def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> None:
     """Write the record: what made it, the runs so far and their summaries."""
-    from bertlab.course.traces import git_commit
     from bertlab.recipes import recipe
     from bertlab.util import atomic_write_json
 
@@ -587,8 +586,7 @@ def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> No
         "device": first["device"], "commit": first["commit"],
         "train_command": "python benchmarks/twins.py train " + " ".join(args.train_argv),
         # the latest scoring's command and code; each run's own is its "scored_by"
-        "score_command": "python benchmarks/twins.py score " + " ".join(args.argv),
-        "scored_with": git_commit(REPO),
+        "score_command": args.scored_by["command"], "scored_with": args.scored_by["commit"],
         "recipe": recipe(first["recipe"]).to_dict(), "steps": sorted({r["steps"] for r in runs}),
         "yardstick": f"BERT-masked validation pairs (15%, 80/10/10, seed 0) at "
                      f"{first['max_seq_len']} and {YARDSTICK} tokens, every pair",
@@ -678,7 +676,7 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
         "objectives": run["objectives"], "device": run["device"], "command": run["command"],
         "commands": [run["command"], shipped_by], "commit": run["commit"],
         "made_by": record["train_command"],
-        "scored_by": run.get("scored_by", {}).get("command", record["score_command"]),
+        "scored_by": run["scored_by"]["command"],
         "steps": run["steps"], "tokens": run["tokens"],
         "minutes": {"training": run["train_minutes"], "wall": run["wall_minutes"]},
         "load_average": run["load_average"], "recipe": made.to_dict(), "dtype": run["dtype"],
