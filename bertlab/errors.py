@@ -17,6 +17,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+
+class BadInput(ValueError):
+    """Bad input from the user: names the input, says what is wrong with it and how to fix it.
+
+    The CLI prints it as one `error:` line with exit code 2 (like every ValueError); the Python
+    API raises it, so a notebook sees the same sentence.
+    """
+
+    def __init__(self, what: str, problem: str, fix: str) -> None:
+        self.what, self.problem, self.fix = what, problem, fix
+        super().__init__(f"{what}: {problem}; {fix}")
+
+
 # errno -> what to do about it, for OSErrors that reach main().
 OS_ERROR_FIXES = {
     errno.ENOSPC: "free some disk space or write to another disk; files are written whole or "

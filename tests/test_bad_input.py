@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from faultlib import assert_one_clear_error, assert_unchanged, snapshot
 
 import bertlab.checkpoint as checkpoint_mod
 import bertlab.pretraining as pretraining_mod
@@ -177,30 +178,6 @@ def world(tmp_path_factory) -> dict[str, str]:
             layer.ffn_out.weight.fill_(1e30)
         paths["hf_overflow"] = save_hf(huge, tok, root / "hf-overflow")
     return {name: str(path) for name, path in paths.items()}
-
-
-def snapshot(root: str | Path) -> dict[str, object]:
-    """Return {path: (bytes, mtime_ns)} for every file and {path: "folder"} for every folder."""
-    state: dict[str, object] = {}
-    for path in [Path(root), *sorted(Path(root).rglob("*"))]:
-        if path.is_dir():
-            state[str(path)] = "folder"
-        else:
-            state[str(path)] = (path.read_bytes(), path.stat().st_mtime_ns)
-    return state
-
-
-def assert_unchanged(before: dict[str, object], after: dict[str, object]) -> None:
-    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-    assert changed == [], f"the refused command changed {changed}"
-
-
-def assert_one_clear_error(err: str, fragments: list[str]) -> None:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, err
-    for fragment in fragments:
-        assert fragment in errors[0], f"{fragment!r} not in {errors[0]!r}"
 
 
 def expand(command: str, world: dict[str, str]) -> list[str]:

@@ -189,7 +189,7 @@ TOP = ("cli", "__main__", "__init__")  # may import the library and the course
 # the course teaches them, below the helpers everything uses): a module imports only modules
 # listed before it.
 LAYERS = (
-    "util", "errors", "labels",                                              # helpers
+    "errors", "util", "labels",                                              # helpers
     "document", "sentences", "textfiles", "records", "corpus", "wordpiece", "tokenizer",  # 01 text
     "draws", "masking",                                                      # 02 masking
     "example", "nsp", "sop", "single", "objectives", "streaming", "shards", "data",    # 03 pairs, batches
