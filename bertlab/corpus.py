@@ -25,6 +25,7 @@ from typing import Any
 from bertlab.document import (
     Document,
 )
+from bertlab.errors import BadInput
 from bertlab.records import RowFields, iter_rows, row_format
 from bertlab.sentences import ZH_CLOSERS, ZH_TRAILING_NOTE, split_sentences
 from bertlab.textfiles import (
@@ -234,8 +235,8 @@ def iter_corpus(
     files are read as you iterate.
 
     `counts`, if given, gets `READ_COUNTS` added up as the text is read: long lines cut,
-    documents split into parts, artefact sub-folders and hidden files skipped, bad rows skipped
-    (each also raises a warning naming the file or folder).
+    documents split into parts, artefact sub-folders, hidden files and other files that are not
+    text skipped, bad rows skipped (each also raises a warning naming the file or folder).
     """
     if errors not in ("strict", "replace", "ignore"):
         raise ValueError(f"load_corpus: errors={errors!r}; use 'strict', 'replace' or 'ignore'")
@@ -282,6 +283,17 @@ def _check_iterable(source: object) -> None:
             f"rows (a list of dicts or strings, a datasets.Dataset; for a DatasetDict pick a "
             f"split: dataset['train'])"
         )
+    if type(source).__module__.split(".")[0] in ("pandas", "polars") and hasattr(source, "columns"):
+        # Iterating a DataFrame gives its column names, which would be read as documents.
+        raise BadInput(f"corpus: a {type(source).__name__} of columns {list(source.columns)[:5]}",
+                       "iterating it gives its column names, not its rows", "pass its rows as "
+                       "dicts: df.to_dict('records') (pandas) or df.to_dicts() (polars)")
+    if isinstance(source, (set, frozenset)):
+        # Rows are numbered in order, and the numbers decide the split: a set's order changes
+        # from one Python process to the next (hash randomisation), and so would the split.
+        raise BadInput(f"corpus: a {type(source).__name__} of {len(source)} item(s)",
+                       "it has no order, so the train/validation split of its rows would change "
+                       "in every Python process", "pass a list in a fixed order, e.g. sorted(texts)")
     if isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
         raise ValueError(
             f"corpus {source!r:.60}: pass a corpus name, a path, or an iterable of strings or "
@@ -366,7 +378,11 @@ def load_corpus(
 
     Sub-folders holding bertlab output (a run, shards, a Hugging Face export, a checkpoint) and
     hidden files and folders (".ipynb_checkpoints") are skipped with a warning, and such a
-    folder as `source` is an error: their files are not text to learn from. Memory stays
+    folder as `source` is an error: their files are not text to learn from. Other files that
+    are not .txt (.md, a named pipe) are skipped and reported in one warning, by kind; .TXT is
+    text. Each real file is read once: one reached a second time through a link is an error.
+    Rows must come in a fixed order (a set, whose order changes between Python processes, is an
+    error, and so is a DataFrame, which iterates over its column names). Memory stays
     bounded (bertlab.textfiles): a line longer than `MAX_LINE_CHARS` is cut at sentence ends or
     spaces, and a document longer than `MAX_DOC_CHARS` is split into parts with ids ending in
     "#1", "#2", ... that keep the whole document's split; both raise a warning that names the

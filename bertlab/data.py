@@ -35,7 +35,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from bertlab.document import SPLITS, Document, split_documents
 from bertlab.draws import example_seed
 from bertlab.example import Example, segment_ids
-from bertlab.masking import BERT_MASKING, MaskingConfig, mask_tokens, wordpiece_word_ids
+from bertlab.masking import (
+    BERT_MASKING,
+    MaskingConfig,
+    continuing_prefix,
+    mask_tokens,
+    wordpiece_word_ids,
+)
 from bertlab.nsp import pair_draw_seed, tokenize_corpus
 from bertlab.objectives import SINGLE, pair_builder
 from bertlab.shards import (
@@ -46,7 +52,7 @@ from bertlab.shards import (
     shard_folder,
     shard_segments,
 )
-from bertlab.tokenizer import SpecialIds, special_ids
+from bertlab.tokenizer import SpecialIds, special_ids, vocab_digest
 
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
 MASK_SCHEDULES = ("dynamic", "static")
@@ -266,6 +272,9 @@ class PretrainingCollator:
         ):
             raise ValueError(f"pad_to_multiple_of={pad_to_multiple_of!r}; pass a positive int or None")
         self.special = special_ids(tokenizer)
+        # Which vocabulary the ids come from: a run records it, and a resume checks it.
+        self.tokenizer_digest = (vocab_digest(tokenizer)[:16] if isinstance(tokenizer, Tokenizer)
+                                 else None)
         if not isinstance(masking, MaskingConfig):
             raise ValueError(f"masking={masking!r}; pass a bertlab.masking.MaskingConfig, e.g. "
                              f"MaskingConfig(mlm_probability=0.4)")
@@ -273,6 +282,7 @@ class PretrainingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.whole_word, self.return_word_ids = whole_word, return_word_ids
         self.vocab: np.ndarray | None = None  # token strings by id, for the "##" words
+        self.prefix = "##"  # the mark of a piece that continues a word
         if whole_word or return_word_ids:
             if not isinstance(tokenizer, Tokenizer):
                 option = "whole_word" if whole_word else "return_word_ids"
@@ -284,6 +294,7 @@ class PretrainingCollator:
             for token, token_id in tokenizer.get_vocab().items():
                 tokens[token_id] = token
             self.vocab = np.array(tokens)
+            self.prefix = continuing_prefix(tokenizer)  # the tokenizer's own, "@@" in some
 
     def set_epoch(self, epoch: int) -> None:
         """Mask rows that carry an `index` (not a `row_seed`) with `epoch`'s masks from now on."""
@@ -318,7 +329,8 @@ class PretrainingCollator:
         if any("word_ids" in item for item in items):
             raise ValueError("PretrainingCollator: some items carry 'word_ids' and some do not; "
                              "give word ids for every example or for none")
-        return torch.from_numpy(wordpiece_word_ids(self.vocab[ids]))  # padding is [PAD]: -1
+        # padding is [PAD]: -1
+        return torch.from_numpy(wordpiece_word_ids(self.vocab[ids], self.prefix))
 
     def __call__(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if not items:

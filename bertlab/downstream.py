@@ -29,10 +29,12 @@ from torch import nn
 
 from bertlab.corpus import load_corpus
 from bertlab.document import SPLITS, Document
+from bertlab.errors import BadInput
 from bertlab.model import BertModel
 from bertlab.records import row_format
+from bertlab.textfiles import ARTEFACT_KINDS, folder_contents
 from bertlab.tokenizer import special_ids
-from bertlab.util import check_number
+from bertlab.util import check_number, folder_kind
 
 POOLINGS = ("pooled", "cls", "mean")  # which vector of the encoder a probe reads
 PROBE_C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse regularisation strengths tried on validation
@@ -88,12 +90,26 @@ def load_task(name: str | Path, *, read: Mapping[str, Any] | None = None
                          f"label, holding that label's .txt files (or a .jsonl, .csv, .tsv or "
                          f".parquet file with a label field)")
     docs = load_corpus(folder, **(read or {}))
+    _check_label_folders(folder, {d.label for d in docs})
     loose = [d.id for d in docs if d.label is None]
     if loose:
         raise ValueError(f"task folder '{name}': {len(loose)} file(s) lie directly in it, with "
                          f"no label (e.g. {loose[0]}); put each file in a sub-folder named after "
                          f"its label")
     return _check_classes(name, docs), [d.label for d in docs]
+
+
+def _check_label_folders(folder: Path, labels: set[str | None]) -> None:
+    """Raise if a label sub-folder of a task folder gave no document: its class would be missing."""
+    for sub in sorted(folder.iterdir()):
+        if sub.name.startswith(".") or not sub.is_dir() or sub.name in labels or \
+                folder_kind(sub) in ARTEFACT_KINDS:
+            continue  # skipped with a warning by the corpus walk, like in any corpus folder
+        _, skipped = folder_contents(sub)
+        holds = f"only {skipped}" if skipped else "no file"
+        raise BadInput(f"task folder '{folder}'", f"its label folder '{sub}' holds {holds} that "
+                       f"could be read as text, so class '{sub.name}' would be missing",
+                       "put that label's text in it as .txt files, or move the folder out")
 
 
 def _check_classes(name: str | Path, docs: list[Document]) -> list[Document]:

@@ -530,7 +530,17 @@ def mask_tokens_reference(
     return (masked, labels, decisions) if return_decisions else (masked, labels)
 
 
-def wordpiece_word_ids(tokens: Sequence[str] | np.ndarray) -> list[int | None] | np.ndarray:
+def continuing_prefix(tokenizer: Tokenizer) -> str:
+    """Return the mark a tokenizer's model puts before a piece that continues a word ("##").
+
+    BERT's WordPiece writes "##"; a model built with another (`continuing_subword_prefix="@@"`)
+    has its own. A model without one (WordLevel) gets "##", which none of its tokens start with.
+    """
+    return getattr(tokenizer.model, "continuing_subword_prefix", None) or "##"
+
+
+def wordpiece_word_ids(tokens: Sequence[str] | np.ndarray,
+                       prefix: str = "##") -> list[int | None] | np.ndarray:
     """Return the word index of each WordPiece token string: a "##" piece joins the word before it.
 
     Special tokens ([CLS], [SEP], [PAD], [UNK], [MASK]) belong to no word (None), and a "##"
@@ -538,10 +548,11 @@ def wordpiece_word_ids(tokens: Sequence[str] | np.ndarray) -> list[int | None] |
     the two sentences of a pair never share one. `tokens` is one sequence of strings (returns a
     list) or a numpy array of strings of shape (..., T) (returns an int64 array of the same shape,
     -1 for None, without a Python loop: a collator passes `vocab[ids]`, the token strings by id).
+    `prefix` is the tokenizer's own continuation mark (`continuing_prefix`), "##" for BERT's.
     """
     strings = np.asarray(tokens, dtype=str)
     is_word = ~np.isin(strings, SPECIAL_TOKENS)
-    continues = np.char.startswith(strings, "##")
+    continues = np.char.startswith(strings, prefix)
     continues[..., 1:] &= is_word[..., :-1]
     continues[..., :1] = False  # the first piece of a sequence starts a word, "##" or not
     word = np.where(is_word, np.cumsum(is_word & ~continues, axis=-1) - 1, -1)

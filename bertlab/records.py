@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bertlab.document import Document
+from bertlab.errors import BadInput
 from bertlab.textfiles import (
     MAX_DOC_CHARS,
     decode_utf8,
@@ -212,15 +213,22 @@ def _parquet_rows(path: Path, label: str, fields: RowFields) -> Iterator[_Row]:
                          f"package pyarrow: install it with `pip install bertlab[parquet]` (or "
                          f"`pip install pyarrow`), or write the rows out as JSON Lines or CSV"
                          ) from None
-    table = pq.ParquetFile(path)
-    names = table.schema_arrow.names
-    _check_fields(label, fields, names)
-    wanted = [n for n in (fields.text, fields.doc, fields.label) if n is not None]
-    number = 0
-    for batch in table.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=sorted(set(wanted))):
-        for values in batch.to_pylist():
-            number += 1
-            yield _Row(number, None, values, values)
+    from pyarrow import ArrowException
+
+    try:
+        table = pq.ParquetFile(path)
+        names = table.schema_arrow.names
+        _check_fields(label, fields, names)
+        wanted = [n for n in (fields.text, fields.doc, fields.label) if n is not None]
+        number = 0
+        for batch in table.iter_batches(batch_size=_PARQUET_BATCH_ROWS,
+                                        columns=sorted(set(wanted))):
+            for values in batch.to_pylist():
+                number += 1
+                yield _Row(number, None, values, values)
+    except (ArrowException, OSError) as exc:  # a cut or damaged file: pyarrow does not name it
+        raise BadInput(label, f"cannot be read as Parquet ({exc})", "check that the file is "
+                       "whole (copy it again), or write the rows out as JSON Lines") from None
 
 
 def _item_rows(items: Iterable[Any]) -> Iterator[_Row]:
@@ -372,21 +380,25 @@ def iter_rows(
     builder = _DocumentBuilder(file_stem(source) if isinstance(source, Path) else "rows", label,
                                fields)
     first_bad: str | None = None
-    checked = False
+    checked = read = False
     for row in _read(_rows(source, label, fields, errors), label):
         if isinstance(row.values, Document):
             yield from builder.finish()
             yield row.values
+            read = True
             continue
         if isinstance(row.values, str) and (fields.doc or fields.label):
             raise ValueError(f"{label}: {row.where()} is a string, which has no fields for "
                              f"doc_field or label_field; pass dicts (mappings) with those fields")
-        if not checked and isinstance(row.values, dict):
+        # A field missing from the first record is most likely a wrong field name, so stop
+        # there; when bad rows are skipped, a first record without it is one bad row like others.
+        if not checked and isinstance(row.values, dict) and fields.on_bad_row == "error":
             _check_fields(f"{label} (its first record)", fields, list(row.values))
             checked = True
         try:
             text, key, doc_label = _row_values(row, fields)
             yield from builder.add(row, text, key, doc_label)
+            read = True
         except _BadRow as bad:
             if fields.on_bad_row == "error":
                 raise ValueError(f"{label}: {row.where()} {bad}; fix or delete that row, or pass "
@@ -395,6 +407,10 @@ def iter_rows(
             counts["bad_rows_skipped"] += 1
             first_bad = first_bad or f"{row.where()} {bad}"
     yield from builder.finish()
+    if first_bad and not read:
+        raise BadInput(label, f"every record is bad ({counts['bad_rows_skipped']:,} skipped); "
+                       f"the first: {first_bad}", "check --text-field (and the other fields) "
+                       "against the rows, or fix the rows")
     if first_bad:
         warnings.warn(f"{label}: skipped {counts['bad_rows_skipped']:,} bad row(s) (on_bad_row="
                       f"'skip'); the first: {first_bad}", stacklevel=2)

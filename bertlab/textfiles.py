@@ -6,14 +6,17 @@ Files are read in blocks; a line longer than `MAX_LINE_CHARS` is cut at sentence
 and a document longer than `MAX_DOC_CHARS` is split into parts that keep the whole document's
 split. Each cut raises a warning naming the file and counts in `READ_COUNTS`; no text is dropped.
 Sub-folders holding bertlab's own output (runs, shards, exports) are skipped, and so are hidden
-files and folders (names starting with "."), each with a warning and a count. Links are followed;
-one that leads back into what is being read (a loop, or a second copy) is an error.
+files and folders (names starting with "."), each with a warning and a count, and so is any other
+file that is not .txt or .txt.gz (in any case: .TXT is text), by kind (another extension, a named
+pipe). Links are followed, and each real file is read once: one that leads back into what is
+being read (a loop, or a second way to a file or folder read already) is an error.
 """
 
 from __future__ import annotations
 
 import gzip
 import os
+import stat
 import warnings
 import zlib
 from collections.abc import Iterable, Iterator
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from bertlab.document import Document, split_of
+from bertlab.errors import BadInput
 from bertlab.sentences import SENTENCE_END, paragraph_sentences, paragraphs, split_sentences
 from bertlab.util import describe_kind, folder_kind
 
@@ -44,7 +48,7 @@ MAX_DOC_CHARS = 1_000_000
 _BLOCK_BYTES = 1 << 20
 # What `iter_corpus` counts into its `counts` dict.
 READ_COUNTS = ("long_lines_split", "documents_split", "folders_skipped", "hidden_skipped",
-               "bad_rows_skipped")
+               "files_skipped", "bad_rows_skipped")
 # Sub-folders of a corpus folder that hold bertlab's own output, never training text.
 ARTEFACT_KINDS = ("run", "shards", "hf", "checkpoint")
 
@@ -219,16 +223,20 @@ def _iter_lines(
 
 @dataclass
 class _Walk:
-    """What walking a corpus folder met: bertlab folders and hidden names skipped, folders read."""
+    """What walking a corpus folder met: what it skipped, by kind, and what it read."""
 
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # bertlab folders, as "'path' (kind)"
     hidden: list[str] = field(default_factory=list)
     hidden_count: int = 0
     read: dict[str, Path] = field(default_factory=dict)  # real path of each folder -> as read
+    files: dict[object, str] = field(default_factory=dict)  # identity of each file read -> path
+    other: dict[str, list[str]] = field(default_factory=dict)  # kind of file skipped -> paths
+    suffixes: set[str] = field(default_factory=set)  # of the files skipped for their name
 
 
-def _is_text_file(name: str) -> bool:
-    return name.endswith((".txt", ".txt.gz"))
+def is_text_name(name: str) -> bool:
+    """Return True for a name a folder reads as text: .txt or .txt.gz, in any case (.TXT)."""
+    return name.lower().endswith((".txt", ".txt.gz"))
 
 
 def _enter(path: Path, walk: _Walk) -> None:
@@ -243,16 +251,51 @@ def _enter(path: Path, walk: _Walk) -> None:
     walk.read[real] = path
 
 
+def _check_name(folder: Path, name: str) -> None:
+    """Raise if `name` (in `folder`) is not UTF-8: it would become a document id or a label."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(
+            f"corpus folder '{folder}'", f"the name {os.fsencode(name)!r} is not valid UTF-8, and "
+            f"file and folder names become document ids and labels",
+            "rename it in UTF-8 (e.g. `convmv -f latin1 -t utf-8 --notest -r FOLDER`)") from None
+
+
+def _claim(path: Path, info: os.stat_result, walk: _Walk) -> None:
+    """Note that file `path` is read; raise if a link (or a hard link) reached it already."""
+    # The device and inode say which real file a path reaches, through symbolic and hard links.
+    key: object = (info.st_dev, info.st_ino) if info.st_ino else os.path.realpath(path)
+    if key in walk.files:
+        raise BadInput(
+            f"corpus folder: '{path}'", f"it is the same file as '{walk.files[key]}' (reached "
+            f"through a link), and reading it twice could put one text in both train and "
+            f"validation", "delete the link, or keep one copy of the text")
+    walk.files[key] = str(path)
+
+
+def _skip_kind(name: str, mode: int) -> str | None:
+    """Return why a folder entry that is not a folder is not read (None: it is read as text)."""
+    if stat.S_ISREG(mode):
+        return None if is_text_name(name) else "with another extension"
+    if stat.S_ISFIFO(mode):
+        return "named pipe"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "device or other special file"
+
+
 def _txt_files(folder: Path, walk: _Walk, counts: dict[str, int]) -> Iterator[Path]:
-    """Yield the .txt (and .txt.gz) files under `folder` in sorted path order, skipping some folders.
+    """Yield the .txt (and .txt.gz) files under `folder` in sorted path order, each real file once.
 
     The walk visits each folder's entries sorted by name, which is exactly the order of
     `sorted(folder.rglob("*.txt"))`, without holding the whole tree's listing. Links to folders
-    and files are followed (`_enter` refuses one that loops); a link to nothing is an error.
-    Hidden entries (".ipynb_checkpoints", ".DS_Store") are skipped and counted. A sub-folder
-    that `folder_kind` recognises as a run, shards, a Hugging Face export or a checkpoint is
-    skipped with a warning: its files (docs.txt, vocab.txt) are bertlab's output, and reading
-    them back would make them training text.
+    and files are followed; a folder or a file reached a second time (`_enter`, `_claim`) and a
+    link to nothing are errors. Hidden entries (".ipynb_checkpoints", ".DS_Store") are skipped
+    and counted, and so is every other file that is not text (another extension, a named pipe),
+    by kind in `walk`. A sub-folder that `folder_kind` recognises as a run, shards, a Hugging
+    Face export or a checkpoint is skipped with a warning: its files (docs.txt, vocab.txt) are
+    bertlab's output, and reading them back would make them training text.
     """
     with os.scandir(folder) as scan:
         entries = sorted(scan, key=lambda entry: os.path.normcase(entry.name))
@@ -272,13 +315,68 @@ def _txt_files(folder: Path, walk: _Walk, counts: dict[str, int]) -> Iterator[Pa
                               f"not text; move it out of the corpus folder to silence this",
                               stacklevel=2)
                 continue
+            _check_name(folder, entry.name)
             _enter(path, walk)
             yield from _txt_files(path, walk, counts)
         elif entry.is_symlink() and not path.exists():
             raise ValueError(f"corpus folder: '{path}' is a link to '{os.readlink(path)}', which "
                              f"does not exist; fix the link or delete it")
-        elif _is_text_file(entry.name) and entry.is_file():
-            yield path
+        else:
+            info = entry.stat()
+            skip = _skip_kind(entry.name, info.st_mode)
+            if skip is None:
+                _check_name(folder, entry.name)
+                _claim(path, info, walk)
+                yield path
+                continue
+            walk.other.setdefault(skip, []).append(str(path))
+            if skip == "with another extension":
+                walk.suffixes.add(_suffix(entry.name))
+            counts["files_skipped"] += 1
+
+
+def _suffix(name: str) -> str:
+    """Return a file's extension as shown in a report: ".md", ".jsonl.gz", "no extension"."""
+    gz = name.lower().endswith(".gz") and name.count(".") > 1
+    suffix = Path(name[:-3] if gz else name).suffix
+    return (suffix + name[-3:] if gz else suffix) or "no extension"
+
+
+def skipped_files(walk: _Walk) -> str:
+    """Return what `walk` skipped that was neither hidden nor bertlab output, by kind ("" if none).
+
+    E.g. "3 file(s): 2 with another extension (.md, .jsonl), 1 named pipe ('c/p.txt')".
+    """
+    total = sum(len(paths) for paths in walk.other.values())
+    if not total:
+        return ""
+    parts = []
+    for kind, paths in sorted(walk.other.items()):
+        if kind == "with another extension":
+            shown = ", ".join(sorted(walk.suffixes)[:5]) + (", ..." if len(walk.suffixes) > 5 else "")
+        else:
+            shown = ", ".join(f"'{p}'" for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
+        parts.append(f"{len(paths)} {kind} ({shown})")
+    return f"{total} file(s): " + ", ".join(parts)
+
+
+def _note_skipped(folder: Path, walk: _Walk) -> None:
+    if walk.other:
+        warnings.warn(f"corpus folder '{folder}': skipped {skipped_files(walk)}; a folder reads "
+                      f".txt and .txt.gz files as text: rename a text file to .txt to read it (a "
+                      f".jsonl, .csv or .parquet file of rows is a corpus of its own: pass it as "
+                      f"--corpus FILE)", stacklevel=3)
+
+
+def folder_contents(folder: Path) -> tuple[int, str]:
+    """Return how many text files the walk of `folder` reads, and what it skips (`skipped_files`)."""
+    walk = _Walk()
+    _enter(folder, walk)
+    counts = dict.fromkeys(READ_COUNTS, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the corpus's own walk warns about the same entries
+        found = sum(1 for _ in _txt_files(folder, walk, counts))
+    return found, skipped_files(walk)
 
 
 def _note_hidden(folder: Path, walk: _Walk) -> None:
@@ -297,7 +395,8 @@ def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[D
     The label of a file is the sub-folder of `folder` it lies under, however deep
     (`tech/2004/a.txt` is labelled "tech"); a file directly in `folder` has none. A file of
     more than MAX_DOC_CHARS bytes, and any .txt.gz, streams and may come in parts
-    (`_iter_long_file`). A file without a sentence, and a folder without a .txt file, are errors.
+    (`_iter_long_file`). A file without a sentence, and a folder without a .txt file, are errors;
+    what the walk skipped (`_txt_files`) is reported in one warning at the end.
     """
     walk = _Walk()
     _enter(folder, walk)
@@ -307,7 +406,7 @@ def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[D
         rel = (path.parent / file_stem(path)).relative_to(folder).as_posix()
         label = rel.split("/", 1)[0] if "/" in rel else None
         report = _FileReport()
-        if not path.name.endswith(".gz") and path.stat().st_size <= MAX_DOC_CHARS:
+        if not path.name.lower().endswith(".gz") and path.stat().st_size <= MAX_DOC_CHARS:
             # n bytes of UTF-8 are at most n characters
             docs: Iterable[Document] = [
                 document_from_text(rel, _read_text(path, errors), label, title_first_line=False)
@@ -323,8 +422,11 @@ def iter_folder(folder: Path, errors: str, counts: dict[str, int]) -> Iterator[D
             yield doc
         _note_cuts(path, report, counts)
     _note_hidden(folder, walk)
+    _note_skipped(folder, walk)
     if not found:
         also = [*walk.skipped, *(f"'{p}' (hidden)" for p in walk.hidden)]
+        if walk.other:
+            also.append(skipped_files(walk))
         also_text = f" (skipped {', '.join(also)})" if also else ""
         raise ValueError(
             f"corpus folder '{folder}' has no .txt files{also_text}; put one document per .txt "

@@ -290,7 +290,7 @@ def test_long_bert_format_line_is_cut_into_sentences_and_nothing_is_dropped(tmp_
     assert max(len(s) for d in docs for s in d.sentences) <= MAX_LINE_CHARS
     assert all(sum(map(len, d.sentences)) <= MAX_DOC_CHARS + MAX_LINE_CHARS for d in docs)
     assert counts == {"long_lines_split": 1, "documents_split": 1, "folders_skipped": 0,
-                      "hidden_skipped": 0, "bad_rows_skipped": 0}
+                      "hidden_skipped": 0, "files_skipped": 0, "bad_rows_skipped": 0}
 
 
 def test_long_line_without_spaces_is_cut_at_the_budget(tmp_path):
@@ -626,9 +626,12 @@ def test_links_are_followed_and_a_loop_or_a_broken_link_is_refused(tmp_path):
                                          r"read as '.*sport'.*remove the link"):
         load_corpus(corpus)
     (corpus / "tech" / "more").unlink()
-    (corpus / "tech" / "c.txt").symlink_to(outside / "b.txt")
-    assert [(d.id, d.label) for d in load_corpus(corpus)] == [
-        ("sport/b", "sport"), ("tech/a", "tech"), ("tech/c", "tech")]
+    assert [(d.id, d.label) for d in load_corpus(corpus)] == [("sport/b", "sport"),
+                                                              ("tech/a", "tech")]
+    (corpus / "tech" / "c.txt").symlink_to(outside / "b.txt")  # a second way to sport/b.txt
+    with pytest.raises(ValueError, match=r"tech/c\.txt': it is the same file as '.*sport/b\.txt'"):
+        load_corpus(corpus)
+    (corpus / "tech" / "c.txt").unlink()
     (corpus / "tech" / "loop").symlink_to(corpus, target_is_directory=True)
     with pytest.raises(ValueError, match=r"loop.* leads to .*already read as"):
         load_corpus(corpus)

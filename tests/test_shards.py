@@ -188,7 +188,7 @@ def test_prepare_cuts_a_long_line_and_keeps_all_of_it(tok, tmp_path):
     meta = summary["splits"]["all"]
     assert summary["corpus_read"] == {"long_lines_split": 1, "documents_split": 1,
                                       "folders_skipped": 0, "hidden_skipped": 0,
-                                      "bad_rows_skipped": 0}
+                                      "files_skipped": 0, "bad_rows_skipped": 0}
     assert json.loads((tmp_path / "out" / "meta.json").read_text())["corpus_read"] == \
         summary["corpus_read"]
     assert meta["documents"] == 2 and meta["one_sentence_docs_skipped"] == 0
