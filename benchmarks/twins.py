@@ -429,7 +429,12 @@ def score_run(folder: Path, args: argparse.Namespace) -> dict:
     for n in sorted({length, YARDSTICK}):
         train, val = pair_examples(summary, tok, n)
         rules[str(n)] = word_overlap_rule(train, val)
-    cloze = cloze_score(model, tok, CLOZE_SET)
+    try:
+        cloze = cloze_score(model, tok, CLOZE_SET)
+    except ValueError as e:  # a tokenizer of another corpus: the course's items do not fit it
+        cloze = {"top1": None, "top5": None, "skipped": f"{e}".split(";")[0]}
+        print(f"{folder.name}: cloze skipped, its items cannot be scored with this run's "
+              f"tokenizer ({cloze['skipped']}); every other measure is scored", flush=True)
     keep = ("arm", "objectives", "seed", "device", "command", "commit", "steps", "stopped_by",
             "tokens", "train_minutes", "wall_minutes", "sittings", "dtype")
     entry = {k: summary[k] for k in keep}
@@ -442,7 +447,8 @@ def score_run(folder: Path, args: argparse.Namespace) -> dict:
         "history": {str(length): curve(summary["history"], "val_", pair),
                     str(YARDSTICK): curve(summary["history"], f"val_{YARDSTICK}_", pair)},
         "word_overlap_rule": rules,
-        "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"]},
+        "cloze": {"items": len(CLOZE_SET), "top1": cloze["top1"], "top5": cloze["top5"],
+                  **({"skipped": cloze["skipped"]} if "skipped" in cloze else {})},
         **cls_scores(model, tok, args),
     })
     if pair is not None:
@@ -529,7 +535,7 @@ def score_stage(args: argparse.Namespace) -> int:
     args.scored_by = {"command": "python benchmarks/twins.py score " + " ".join(args.argv),
                       "commit": git_commit(REPO)}
     path = args.record or record_path(args.device)
-    record = json.loads(path.read_text()) if path.is_file() else {"runs": []}
+    record = read_record(path)
     held = {(r["arm"], r["seed"]) for r in record["runs"]}
     folders = sorted(p for p in args.runs.glob("*/summary.json"))
     if not folders and not record["runs"]:
@@ -539,7 +545,15 @@ def score_stage(args: argparse.Namespace) -> int:
         if (summary["arm"], summary["seed"]) in held:
             continue
         check_same_origin(record, summary, path)
-        entry = {**score_run(summary_file.parent, args), "scored_by": args.scored_by}
+        try:
+            entry = {**score_run(summary_file.parent, args), "scored_by": args.scored_by}
+        except ValueError as e:  # its data or tokenizer cannot give a measure
+            from bertlab.errors import BadInput
+
+            raise BadInput(f"twins score: run {summary_file.parent}", f"cannot be scored ({e})",
+                           f"the record {path} keeps the runs scored before it; move this run "
+                           f"out of --runs, or train it again on a corpus that gives every "
+                           f"measure") from None
         record["runs"].append(entry)
         record["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
         write_twins_record(path, record, args)  # after every run: a later sitting skips it
@@ -549,7 +563,7 @@ def score_stage(args: argparse.Namespace) -> int:
               f"{YARDSTICK} (bar {at['mask_unigram_accuracy']:.3f}), pair "
               f"{pair if isinstance(pair, str) else f'{pair:.3f}'}"
               f", overlap rule {entry['word_overlap_rule'][str(YARDSTICK)]['accuracy']:.3f}, "
-              f"cloze {entry['cloze']['top1']:.2f}, probe "
+              f"cloze {_share(entry['cloze']['top1'])}, probe "
               f"{entry['cls_probe_all_labels']['pooled']['accuracy']:.3f}", flush=True)
     held = record.get("random_init", {})
     if {str(r["seed"]) for r in record["runs"]} - set(held):  # a new seed: its initial weights
@@ -558,6 +572,42 @@ def score_stage(args: argparse.Namespace) -> int:
     for name, arm in (s.split("=", 1) for s in args.ship):
         ship(args, record, name, arm, path)
     return 0
+
+
+def _share(value: float | None) -> str:
+    return "skipped" if value is None else f"{value:.2f}"
+
+
+def read_record(path: Path) -> dict:
+    """Return the twins record at `path` ({"runs": []} where there is none yet), after checking
+    it is one: a JSON object whose "runs" is a list of scored runs. Anything else (an empty or
+    cut file, a JSON list) is refused before any run is scored, since scoring would replace it."""
+    from bertlab.errors import BadInput
+
+    if not path.exists():
+        return {"runs": []}
+    fix = (f"restore it (git checkout -- {_shown(str(path))} for the committed record) or pass "
+           f"another --record; twins.py writes a record whole, so this one was cut or edited "
+           f"elsewhere (nothing was scored or written)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"--record {path}", f"cannot be read ({e})", fix) from None
+    if not text.strip():
+        raise BadInput(f"--record {path}", "is empty, not a twins record",
+                       f"delete it to start a new record, or {fix}")
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        raise BadInput(f"--record {path}", f"is not complete JSON ({e}; it may be cut off)",
+                       fix) from None
+    runs = record.get("runs") if isinstance(record, dict) else None
+    if not isinstance(runs, list) or not all(
+            isinstance(r, dict) and {"arm", "seed"} <= r.keys() for r in runs):
+        kind = type(record).__name__.replace("dict", "JSON object").replace("list", "JSON list")
+        raise BadInput(f"--record {path}", f"is a {kind} without a list of scored runs "
+                       f"(\"runs\", each with its arm and seed), not a twins record", fix)
+    return record
 
 
 def check_same_origin(record: dict, summary: dict, path: Path) -> None:
@@ -772,4 +822,7 @@ def _train_argv(args: argparse.Namespace) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bertlab.errors import run_reporting
+
+    # Bad input ends in one `error:` line (exit 2), as in `python -m bertlab`.
+    sys.exit(run_reporting(main))

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertlab.checkpoint import latest_verified_checkpoint, read_checkpoint_state
+from bertlab.checkpoint import read_checkpoint_state, read_newest, read_run_json
 from bertlab.hf import CARD_MARK, config_from_hf
 from bertlab.model import PRESETS, BertConfig
 from bertlab.recipes import RECIPES, Recipe
@@ -151,17 +151,21 @@ def _loading_section(facts: dict[str, Any]) -> list[str]:
             f"{folder[1:-1]} \"the [MASK] rose sharply\"`.", ""]
 
 
-def run_facts(run_dir: str | Path, folder: str | Path | None = None) -> dict[str, Any]:
+def run_facts(run_dir: str | Path, folder: str | Path | None = None, *,
+              state: dict | None = None) -> dict[str, Any]:
     """Return the card facts of a run folder: its newest checkpoint that verifies (the one
     export-hf exports), and run.json where `pretrain` wrote one.
 
     The scores are that checkpoint's last history row; `folder` is the path the card's load
-    examples use.
+    examples use. `state`: the exported checkpoint's, already read (`load_run_checkpoint`), so
+    that the card describes the weights exported even while a running run rotates checkpoints.
     """
     run_dir = Path(run_dir)
-    state = read_checkpoint_state(latest_verified_checkpoint(run_dir), verified=True)
-    run_file = run_dir / "run.json"
-    run = json.loads(run_file.read_text(encoding="utf-8")) if run_file.is_file() else {}
+    if state is None:
+        state = read_newest(run_dir, lambda path: read_checkpoint_state(path, verified=True))[1]
+    run = read_run_json(run_dir, "the model card reads the run's recipe and corpus there; "
+                        "restore the file, or move it out of the run folder to export without "
+                        "them (nothing was written)")
     args, train = run.get("args", {}), state.get("train_config") or {}
     rows = [r for r in state.get("history", []) if "val_mask_accuracy" in r]
     named, digest = args.get("recipe") in RECIPES, state.get("train_digest")

@@ -14,9 +14,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import os
 import re
+import shutil
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from safetensors import SafetensorError
@@ -25,12 +30,14 @@ from safetensors.torch import load_model as load_safetensors_model
 from tokenizers import Tokenizer
 from torch import nn
 
+from bertlab.errors import BadInput
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer
-from bertlab.util import atomic_write_folder, is_disk_full
+from bertlab.util import STAGING_SUFFIX, atomic_write_folder, is_disk_full
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
+T = TypeVar("T")
 
 
 class CorruptCheckpoint(ValueError):
@@ -278,27 +285,86 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
 
     A newer checkpoint that fails verification is skipped with a warning that names it and the
     one used instead. If every checkpoint fails, the CorruptCheckpoint error of the newest is
-    raised.
+    raised. A checkpoint that a run still writing here deletes meanwhile (keep_checkpoints) is
+    gone, not corrupt: the folder is listed again, for the newer one saved before it went.
     """
-    found = list_checkpoints(run_dir)
-    first_error: CorruptCheckpoint | None = None
-    for path in reversed(found):
-        try:
-            verify_checkpoint(path)
-        except ValueError as e:  # CorruptCheckpoint, or state.json gone with the folder
-            if not path.is_dir():  # not corrupt but gone: a run writing here rotated it away
+    for attempt in range(ROTATION_RETRIES + 1):
+        found, vanished = list_checkpoints(run_dir), False
+        first_error: CorruptCheckpoint | None = None
+        for path in reversed(found):
+            try:
+                verify_checkpoint(path)
+            except (ValueError, OSError) as e:  # CorruptCheckpoint, or files gone with the folder
+                if checkpoint_gone(path):
+                    vanished = True
+                    if attempt < ROTATION_RETRIES:
+                        break  # list again: a newer one was saved before this one went
+                    continue
+                if not isinstance(e, CorruptCheckpoint):
+                    raise
+                first_error = first_error or e
                 continue
-            if not isinstance(e, CorruptCheckpoint):
-                raise
-            first_error = first_error or e
-            continue
-        if first_error is not None:
-            warnings.warn(f"{first_error} Using {path.name} instead, the newest checkpoint that "
-                          f"verifies.", stacklevel=2)
-        return path
-    if first_error is not None:
-        raise first_error
+            if first_error is not None:
+                warnings.warn(f"{first_error} Using {path.name} instead, the newest checkpoint "
+                              f"that verifies.", stacklevel=2)
+            return path
+        else:
+            if first_error is not None:
+                raise first_error
+            if not vanished:
+                return None
     return None
+
+
+def checkpoint_gone(path: Path) -> bool:
+    """Return whether checkpoint `path` is gone (deleted by the run that wrote it) rather than
+    damaged. A run renames a checkpoint away before deleting it (`remove_checkpoint`), but one
+    deleted in place loses its files one by one: a folder that lacks files is given a moment
+    to vanish before it is called damaged."""
+    for _ in range(_VANISH_CHECKS):
+        if not path.is_dir():
+            return True
+        if all((path / name).is_file() for name in ("state.json", "model.safetensors")) \
+                and (path / "digests.json").is_file():
+            return False  # whole: what failed is in its files
+        time.sleep(_VANISH_WAIT_S)
+    return not path.is_dir()
+
+
+# How long a checkpoint folder that lacks files is watched for vanishing: a deletion takes
+# milliseconds.
+_VANISH_CHECKS, _VANISH_WAIT_S = 10, 0.05
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete an old checkpoint so that a reader never sees it half deleted: it is renamed to
+    a hidden staging name first (one step), then deleted there; if this process dies in
+    between, the next save sweeps the leftover (`atomic_write_folder`'s sweep_stale)."""
+    aside = path.parent / f".{path.name}.{os.getpid()}.removed{STAGING_SUFFIX}"
+    os.replace(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def read_newest(run_dir: str | Path, read: Callable[[Path], T]) -> tuple[Path, T]:
+    """Return (checkpoint, read(checkpoint)) for the newest checkpoint of a run that verifies.
+
+    When a run still writing into the folder deletes the one chosen while `read` reads it
+    (keep_checkpoints), the newest is chosen again (at most ROTATION_RETRIES times), so that
+    everything `read` returns comes from one checkpoint. No checkpoint is a ValueError.
+    """
+    run_dir = Path(run_dir)
+    for attempt in range(ROTATION_RETRIES + 1):
+        path = latest_verified_checkpoint(run_dir)
+        if path is None:
+            raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
+                             f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab "
+                             f"pretrain")
+        try:
+            return path, read(path)
+        except (OSError, ValueError):  # CorruptCheckpoint, or state.json gone
+            if not checkpoint_gone(path) or attempt == ROTATION_RETRIES:
+                raise
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,25 +383,24 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     Taught in notebooks/05_pretraining.ipynb
     """
     run_dir = Path(run_dir)
-    for attempt in range(ROTATION_RETRIES + 1):
-        path = Path(checkpoint) if checkpoint is not None else latest_verified_checkpoint(run_dir)
-        if path is None:
-            raise ValueError(f"run folder {run_dir} has no checkpoint (looked in "
-                             f"{run_dir / 'checkpoints'}); train first, e.g. python -m bertlab "
-                             f"pretrain")
-        try:
-            model = _load_run_model(path, verify=checkpoint is not None, device=device)
-            break
-        except (OSError, ValueError):  # CorruptCheckpoint, or state.json gone
-            # A run still writing into the folder may delete an old checkpoint as it saves a
-            # new one (keep_checkpoints): when the one chosen is gone, take the newest again.
-            if checkpoint is not None or path.is_dir() or attempt == ROTATION_RETRIES:
-                raise
+    if checkpoint is not None:
+        model = _load_run_model(Path(checkpoint), verify=True, device=device)
+    else:
+        model = read_newest(run_dir, lambda path: _load_run_model(path, False, device))[1]
     tok_file = run_dir / "tokenizer.json"
     return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
 
 
-# How often `load_run` chooses again when a running run rotates its choice away meanwhile.
+def load_run_checkpoint(run_dir: str | Path, device: str | torch.device = "cpu",
+                        ) -> tuple[BertForPreTraining, dict]:
+    """Return the model of a run's newest checkpoint that verifies and that checkpoint's
+    state (step, configs, history): both from the one checkpoint, also while a run still
+    writing into the folder deletes old ones (what `export-hf` and its model card need)."""
+    return read_newest(run_dir, lambda path: (_load_run_model(path, False, device),
+                                              read_checkpoint_state(path, verified=True)))[1]
+
+
+# How often a reader chooses again when a running run rotates its choice away meanwhile.
 ROTATION_RETRIES = 3
 
 
@@ -349,3 +414,25 @@ def _load_run_model(path: Path, verify: bool, device: str | torch.device) -> Ber
     model = BertForPreTraining(BertConfig.from_dict(state["model_config"])).to(device)
     load_checkpoint(path, model, verify=False)
     return model.eval()
+
+
+def read_run_json(run_dir: str | Path, use: str) -> dict:
+    """Return the settings `pretrain` wrote to run_dir/run.json ({} when there is none).
+
+    A run.json that is not valid JSON, not an object, or whose "args" is not an object raises
+    a `BadInput` naming the file; `use` says what needs it and what to do (e.g. "--resume reads
+    the run's --recipe and --segments there; start a new run in another folder").
+    """
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return {}
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(str(path), f"is not valid JSON ({e})", use) from None
+    args = run.get("args", {}) if isinstance(run, dict) else None
+    if not isinstance(args, dict):
+        found = (f"it holds a JSON {type(run).__name__}" if not isinstance(run, dict) else
+                 f"its 'args' is a JSON {type(args).__name__}")
+        raise BadInput(str(path), f"is not the JSON object pretrain writes ({found})", use)
+    return run

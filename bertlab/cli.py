@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from bertlab.card import model_card, run_facts
-from bertlab.checkpoint import list_checkpoints
+from bertlab.checkpoint import list_checkpoints, load_run_checkpoint, read_run_json
 from bertlab.config import cpu_threads
 from bertlab.corpus import load_corpus
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
@@ -38,13 +38,15 @@ from bertlab.device import (
     resolve_precision,
 )
 from bertlab.document import split_documents
-from bertlab.errors import run_reporting
+from bertlab.errors import BadInput, run_reporting
+from bertlab.eventlog import check_event_folder
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
-from bertlab.hf import is_users_readme, save_hf
+from bertlab.hf import holds_only_users_readme, is_users_readme, save_hf
 from bertlab.loading import check_model_folder, load_model
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.objectives import INPUTS, SINGLE, check_objectives, pairs_of
+from bertlab.outputs import check_output
 from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
 from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.records import BAD_ROW_CHOICES
@@ -57,11 +59,16 @@ from bertlab.shards import (
     shard_segments,
 )
 from bertlab.streaming import StreamOptions
-from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, save_tokenizer, train_tokenizer
+from bertlab.tokenizer import (
+    check_same_vocabulary,
+    check_tokenizer_fits,
+    load_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
 from bertlab.train import TrainConfig, TrainResult
 from bertlab.util import (
     atomic_write_json,
-    check_output_folder,
     flag_of,
     folder_kind,
     in_use_error,
@@ -380,7 +387,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     `--corpus` into `--out`."""
     out = Path(args.out)
     # Before the tokenizer is trained (minutes on a large corpus), not after.
-    check_output_folder(out, "--out")
+    check_output(out, "--out", inputs=[("--corpus", args.corpus), ("--tokenizer", args.tokenizer)],
+                 folder=True, accept=())
     with writing_into(out, "shard folder"):  # prepare_command checks `out` again, locked
         options = PrepareOptions(
             StreamOptions(max_seq_len=args.max_seq_len, segments=args.segments),
@@ -565,6 +573,7 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
                          f"has no position for the tokens beyond; lower --max-seq-len, or pass "
                          f"--max-position-embeddings {max_seq_len} to grow the position table "
                          f"(BERT's is 512)")
+    _check_validate_also_lengths(args.validate_also, probe.max_position_embeddings)
     try:
         pairs = pairs_of(objectives, args.segments)
     except ValueError:
@@ -576,6 +585,18 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
         _check_shard_segments(corpus, objectives, args.segments, pairs)
     return _PretrainSettings(chosen, config, shards, max_seq_len, mlm_probability, objectives,
                              pairs, settings)
+
+
+def _check_validate_also_lengths(items: list[str] | None, positions: int) -> None:
+    """Raise BadInput, naming --validate-also, for a token length past the model's positions:
+    those pairs could not be scored, and the model would fail on them after training began."""
+    for item in items or []:
+        if item.isdigit() and int(item) > positions:
+            raise BadInput(f"--validate-also {item}",
+                           f"{item}-token pairs are longer than the model's {positions} "
+                           f"positions (--max-position-embeddings {positions})",
+                           f"pass a length of at most {positions}, or --max-position-embeddings "
+                           f"{item} to grow the position table (nothing was written)")
 
 
 def _check_shard_segments(corpus: Path, objectives: tuple[str, ...], segments: str,
@@ -615,13 +636,11 @@ def _objectives(args: argparse.Namespace, chosen: Recipe) -> tuple[str, ...]:
 
 
 def _read_run_json(path: Path) -> dict[str, Any]:
-    """Return a run's run.json; a file that is not readable JSON is named in the error."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"--resume: {path} is not valid JSON ({e}); the run's settings are "
-                         f"lost, so it cannot be continued exactly: start a new run in another "
-                         f"folder (nothing was written)") from None
+    """Return a run's run.json; a file that is not the JSON object pretrain wrote is named in
+    the error."""
+    return read_run_json(path.parent, "--resume reads the run's --recipe and --segments there, "
+                         "so it cannot be continued exactly: restore the file, or start a new "
+                         "run in another folder (nothing was written)")
 
 
 def _trains(objectives: tuple[str, ...]) -> str:
@@ -654,6 +673,11 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
     settings a checkpoint records (objectives, batch, data seed, masking...) are checked by
     `pretrain` against it, before it writes."""
     check_run_folder(out, args.resume, flag="--out")
+    check_event_folder(getattr(args, "tensorboard_dir", None), out, args.resume,
+                       flag="--tensorboard")  # an absent flag is absent from args
+    check_output(out, "--out", folder=True,
+                 inputs=[("--corpus", args.corpus), ("--tokenizer", args.tokenizer),
+                         *(("--validate-also", v) for v in args.validate_also or [])])
     holder = lock_holder(out)
     if holder is not None:  # another process is writing there: say so before anything else
         raise in_use_error("run folder", out, holder)
@@ -800,7 +824,9 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
         raise ValueError(f"run folder {run_dir} has no tokenizer.json, and a Hugging Face folder "
                          f"without its tokenizer is of no use; copy in the tokenizer the run was "
                          f"trained with (e.g. from its shard folder), then export again")
-    replacing = check_output_folder(out_dir, "out_dir", accept=("hf",)) == "hf"
+    readme_only = out_dir.is_dir() and holds_only_users_readme(out_dir)  # kept, not replaced
+    replacing = check_output(out_dir, "out_dir", inputs=[("run_dir", run_dir)], folder=True,
+                             accept=("hf", "other") if readme_only else ("hf",)) == "hf"
     if out_dir.resolve().is_relative_to(run_dir.resolve()):
         raise ValueError(f"export-hf: {out_dir} is inside the run folder {run_dir}; an export "
                          f"there would break the run (fill-mask and --resume read that folder): "
@@ -809,9 +835,14 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
         raise ValueError(f"export-hf: {out_dir} already holds a Hugging Face export; pass "
                          f"--overwrite to replace it (files of yours there, such as a README.md, "
                          f"are kept), or choose another folder (nothing was written)")
-    model, tok = load_model(run_dir, kinds=("run",))
-    yours = replacing and is_users_readme(out_dir / "README.md")
-    save_hf(model, tok, out_dir, card=model_card(run_facts(run_dir, out_dir)))
+    # Everything is read and checked before save_hf writes: the weights and the card's facts
+    # from one checkpoint (a run still writing here may delete old ones meanwhile).
+    model, state = load_run_checkpoint(run_dir)
+    tok = load_tokenizer(run_dir / "tokenizer.json")
+    check_tokenizer_fits(tok, model.config.vocab_size, f"run folder {run_dir}")
+    card = model_card(run_facts(run_dir, out_dir, state=state))
+    yours = (replacing or readme_only) and is_users_readme(out_dir / "README.md")
+    save_hf(model, tok, out_dir, card=card)
     print(f"{'replaced the previous export in' if replacing else 'wrote'} {out_dir}: load it "
           f"with transformers.BertForPreTraining.from_pretrained({str(out_dir)!r}) or "
           f"bertlab.load_hf; " + ("your README.md there is kept as it was" if yours else
@@ -847,14 +878,9 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         ks.append(None if k == "all" else int(k))
     if args.seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.json is not None:
-        # Checked now, not after minutes of fine-tuning.
-        json_path = Path(args.json)
-        if json_path.is_dir():
-            raise ValueError(f"--json {json_path} is a folder; pass a file path")
-        if not json_path.parent.is_dir():
-            raise ValueError(f"--json {json_path}: folder {json_path.parent} does not exist; "
-                             f"pass a file path in an existing folder")
+    if args.json is not None:  # checked now, not after minutes of fine-tuning
+        check_output(args.json, "--json", inputs=[("model_dir", args.model_dir),
+                                                  ("--task", args.task)])
     resolve_device(args.device)  # a device this machine lacks is refused before any work
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                             max_seq_len=args.max_seq_len, device=args.device)
@@ -887,6 +913,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                          f"of fine-tuning epochs (fractions such as 0.5 work)") from None
     _check_threads(args.threads)
     check_demo_folder(out)
+    check_output(out, "--out", folder=True)
     with writing_into(out, "demo folder"):
         run_demo(out, steps=args.steps, finetune_epochs=args.finetune_epochs,
                  threads=args.threads)

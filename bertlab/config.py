@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bertlab.errors import BadInput
 from bertlab.eventlog import INSTALL, check_tensorboard
 from bertlab.util import check_number, flag_of
 
@@ -154,6 +155,18 @@ def _progress(step: int, config: TrainConfig, elapsed_s: float) -> float:
     if config.max_minutes is not None:
         done.append(elapsed_s / (60.0 * config.max_minutes))
     return min(1.0, max(done))
+
+
+def check_train_config(config: object, where: str) -> None:
+    """Raise BadInput unless `config` is a TrainConfig: a dict or anything else would fail deep
+    inside the loop, naming an attribute instead of the argument."""
+    if not isinstance(config, TrainConfig):
+        shown = f"the dict {config!r}" if isinstance(config, dict) else f"a {type(config).__name__}"
+        fix = ("pass TrainConfig(**that_dict)" if isinstance(config, dict) else
+               "pass a TrainConfig")
+        raise BadInput(f"{where}(config=...)", f"got {shown}, not a bertlab.TrainConfig",
+                       f"{fix}, e.g. TrainConfig(max_steps=100, batch_size=32); its checks then "
+                       f"name any bad setting")
 
 
 def lr_at(step: int, config: TrainConfig, elapsed_s: float = 0.0) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import sys
 import warnings
@@ -46,9 +47,23 @@ OS_ERROR_FIXES = {
 }
 # The machine, not the input, is at fault: exit 1 like a failed run, not 2 like a bad argument.
 MACHINE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO}
+# numpy's `tofile` (under `np.save`) reports a write that stopped short with this text and no
+# errno: C's fwrite hides the reason, and on a local disk the reason is a full one.
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
+def is_short_write(e: BaseException) -> bool:
+    """Return True if `e` is numpy's OSError for a write that stopped short (a full disk)."""
+    if not isinstance(e, OSError) or e.errno is not None:
+        return False
+    found = _SHORT_WRITE.fullmatch(str(e).strip())
+    return found is not None and int(found[2]) < int(found[1])
 
 
 def os_error_line(e: OSError) -> str:
+    if is_short_write(e):
+        return (f"error: no space left on the device: a write stopped short ({e}); "
+                f"{OS_ERROR_FIXES[errno.ENOSPC]}")
     fix = OS_ERROR_FIXES.get(e.errno, "check the path and try again")
     if e.filename is None and e.strerror and e.errno is not None and \
             e.strerror != os.strerror(e.errno):
@@ -80,7 +95,7 @@ def run_reporting(command: Callable[[], int]) -> int:
             return 1
         except OSError as e:
             print(os_error_line(e), file=sys.stderr)
-            return 1 if e.errno in MACHINE_ERRNOS else 2
+            return 1 if e.errno in MACHINE_ERRNOS or is_short_write(e) else 2
         except KeyboardInterrupt as e:
             # The training loop raises a KeyboardInterrupt carrying `signum` for SIGTERM too.
             signum = int(getattr(e, "signum", signal.SIGINT))

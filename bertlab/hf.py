@@ -25,6 +25,7 @@ from bertlab.classifier import BertForSequenceClassification
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
 from bertlab.util import (
+    LOCK_NAME,
     atomic_write_folder,
     check_output_folder,
     describe_kind,
@@ -336,8 +337,8 @@ def save_hf(
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
     a crash never leaves half a model. An existing export there is replaced, and the files in it
     that an export does not write are kept, a README.md of the user's too (one without
-    `CARD_MARK`: `card` then is not written); weights of another
-    format there are refused. Any other non-empty folder, a file or a path under a file is
+    `CARD_MARK`: `card` then is not written), and so is a folder that holds only such a
+    README.md; weights of another format there are refused. Any other non-empty folder, a file or a path under a file is
     refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
     FileExistsError, for a folder that holds something else).
 
@@ -345,11 +346,14 @@ def save_hf(
     """
     out_dir = Path(out_dir)
     kind = folder_kind(out_dir)
-    if kind not in ("missing", "empty", "hf", "file"):
+    if kind == "other" and holds_only_users_readme(out_dir):
+        kind = "readme"  # a folder made for the export, with its README written first
+    if kind not in ("missing", "empty", "hf", "file", "readme"):
         raise OutputFolderTakenError(
             f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
             f"replaced; choose a new or empty folder (nothing was written)")
-    check_output_folder(out_dir, "out_dir", accept=("hf",))
+    check_output_folder(out_dir, "out_dir",
+                        accept=("hf", "other") if kind == "readme" else ("hf",))
     files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
     if tokenizer is not None:
         if tokenizer.get_vocab_size() != model.config.vocab_size:
@@ -360,9 +364,10 @@ def save_hf(
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}
-    if card is not None and not (kind == "hf" and is_users_readme(out_dir / "README.md")):
+    replacing = kind in ("hf", "readme")
+    if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
         files["README.md"] = card
-    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if kind == "hf" else []
+    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if replacing else []
 
     def write(folder: Path) -> None:
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -372,6 +377,13 @@ def save_hf(
             keep_entry(entry, folder / entry.name)
 
     return atomic_write_folder(out_dir, write)
+
+
+def holds_only_users_readme(folder: Path) -> bool:
+    """Return whether `folder` holds a README.md of the user's and nothing else (but a lock):
+    a folder an export may fill, keeping that README."""
+    names = {e.name for e in folder.iterdir()} - {LOCK_NAME}
+    return names == {"README.md"} and is_users_readme(folder / "README.md")
 
 
 def is_users_readme(path: Path) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import math
 import sys
 import time
@@ -29,7 +30,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertlab.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
-from bertlab.config import TrainConfig, lr_at
+from bertlab.config import TrainConfig, check_train_config, lr_at
 from bertlab.device import (
     fast_math,
     from_rank0,
@@ -38,10 +39,11 @@ from bertlab.device import (
     resolve_device,
     resolve_precision,
 )
-from bertlab.eventlog import EventLog
+from bertlab.eventlog import EventLog, check_event_folder
 from bertlab.resume import (
     CheckpointSaver,
     DataPosition,
+    changed_on_resume,
     check_resume,
     check_run_folder,
     hold_run_folder,
@@ -49,6 +51,7 @@ from bertlab.resume import (
     restore_rng,
     resume_checkpoint,
     rng_state,
+    run_contract,
     run_data,
 )
 from bertlab.util import atomic_write_json, atomic_write_text
@@ -98,6 +101,9 @@ class RunState:
     stopped_by: str = "max_steps"
     checkpoint: Path | None = None  # the newest one this call saved
     rng: dict[str, Any] = field(default_factory=dict)  # the random states after the last step
+    # What this call's resume changed on purpose ({setting: [before, now]}): the next history
+    # row says so.
+    changed: dict[str, list] = field(default_factory=dict)
 
     def saved(self) -> dict[str, Any]:
         """Return what a checkpoint saves of the run (the fields in SAVED)."""
@@ -167,6 +173,7 @@ class RunHooks:
     def __init__(self, train_loader: Iterable[Batch], config: TrainConfig, objective: Any, *,
                  val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None = None,
                  out_dir: str | Path | None = None, resume: bool = False) -> None:
+        check_train_config(config, "train_loop")
         self.config, self.resume = config, resume
         self.rank, self.world = rank_world()
         self.is_main = self.rank == 0
@@ -177,11 +184,15 @@ class RunHooks:
         # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
         self.out = check_run_folder(out_dir, resume) if self.is_main else (
             None if out_dir is None else Path(out_dir))
-        self.data = run_data(train_loader)
+        if self.is_main:  # another run's event files: refused before anything is written
+            check_event_folder(config.tensorboard_dir, self.out, resume)
         self.objective = objective.name
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loaders = (val_loader if isinstance(val_loader, dict) else
                             {} if val_loader is None else {"": val_loader})
+        # What the run's checkpoints record, and a resume must keep (`check_resume`).
+        self.data = {**run_data(train_loader),
+                     **run_contract(config, self.precision, self.compile, self.val_loaders)}
         self.bar: tqdm | None = None
         self.events: EventLog | None = None  # TensorBoard, rank 0 alone (opened by start)
 
@@ -217,10 +228,13 @@ class RunHooks:
             (self.out / "checkpoints").mkdir(exist_ok=True)
         if self.resume:
             ckpt = resume_checkpoint(self.out, self.is_main, self.world)
-            check_resume(read_checkpoint_state(ckpt, verified=True), ckpt, self.config,
-                         {**self.data, "objective": self.objective})
+            state = read_checkpoint_state(ckpt, verified=True)
+            check_resume(state, ckpt, self.config, {**self.data, "objective": self.objective})
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
             run = RunState.restored(saved)  # the window of the next row goes on where it was
+            run.changed = changed_on_resume(state, self.config)
+            if run.changed and self.is_main:
+                _record_resume(self.out, run.step, run.changed)
             restore_rng(saved, self.device, self.rank, self.world)
         self.model = model
         self.batches = DataPosition(train_loader, run.epoch, run.offset)
@@ -233,7 +247,8 @@ class RunHooks:
         self.bar = _progress_bar(self.config, run, self.is_main)
         if self.config.tensorboard_dir is not None and self.is_main:
             self.events = EventLog(self.config.tensorboard_dir, tuple(self.val_loaders),
-                                   run.step, resumed=self.resume)
+                                   run.step, resumed=self.resume, run=self.out,
+                                   advice=self._resume_advice)
         self.clock = time.perf_counter() - run.elapsed_s
         self.last_line = time.perf_counter()  # when log mode last printed a progress line
         run.rng = rng_state(self.device)  # a checkpoint stores the RNG after the last step
@@ -312,6 +327,18 @@ class RunHooks:
             run.window.add(loss, tokens, seconds)
         run.pending.clear()
 
+    def _resume_advice(self) -> str:
+        """Return how to go on after a failed write: resume from the newest checkpoint, or,
+        with none yet, start again."""
+        last = latest_checkpoint(self.out) if self.out is not None else None
+        if last is not None:
+            return (f"then continue the run from its newest checkpoint, {last}, with the same "
+                    f"command and --resume (resume=True)")
+        if self.out is not None:
+            return (f"then run the same command again (no checkpoint was saved yet; delete "
+                    f"{self.out} first if it is still there)")
+        return "then run it again"
+
     def diverged(self, run: RunState, error: FloatingPointError) -> FloatingPointError:
         """Return the error for a NaN/inf loss: the step, the newest checkpoint and the fix."""
         last = latest_checkpoint(self.out) if self.out is not None else None
@@ -364,6 +391,9 @@ class RunHooks:
                "lr": lr_at(run.step, config, run.elapsed_s),
                "train_loss": window.loss / window.steps if window.steps else None,
                "tokens_per_s": window.tokens / window.seconds if window.seconds else None}
+        if run.changed:
+            row["resumed_with"] = _changes(run.changed)
+            run.changed = {}
         if self.evaluate_fn is not None:
             # Evaluation must not move the dropout stream (a loader, for one, may draw from it).
             for label, loader in self.val_loaders.items():
@@ -383,6 +413,26 @@ class RunHooks:
         if self.events is not None:
             self.events.row(row)
         return time.perf_counter() - start
+
+
+def _changes(changed: dict[str, list]) -> str:
+    return ", ".join(f"{name} {before} -> {now}" for name, (before, now) in changed.items())
+
+
+def _record_resume(out: Path, step: int, changed: dict[str, list]) -> None:
+    # The run folder's run.json (the CLI writes one) lists each resume that changed a setting on
+    # purpose; a run.json that is not a JSON object is left alone, and no run.json is made.
+    path, where = out / "run.json", "the next history row"
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        run = None
+    if isinstance(run, dict):
+        resumes = run.get("resumes") if isinstance(run.get("resumes"), list) else []
+        run["resumes"] = [*resumes, {"step": step, "changed": changed}]
+        atomic_write_json(path, run)
+        where = f"{path} and {where}"
+    tqdm.write(f"resumed at step {step} with {_changes(changed)} (recorded in {where})")
 
 
 def _write_history(out_dir: Path, history: list[dict]) -> None:

@@ -20,7 +20,9 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
 
+from bertlab.config import check_train_config
 from bertlab.device import rank_world, resolve_compile, resolve_device
+from bertlab.errors import BadInput
 from bertlab.fast import FastPretraining, fast_inputs, target_share_bound
 from bertlab.hooks import check_loader_batch
 from bertlab.labels import IGNORE_INDEX
@@ -134,6 +136,7 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
 
     Taught in notebooks/05_pretraining.ipynb
     """
+    check_train_config(config, "pretrain")
     # A resume is checked against its checkpoint instead (the objectives, the data's digest),
     # which names what the run was started with.
     check_pretraining_loaders(train_loader, val_loader, config, objectives,
@@ -250,9 +253,8 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
 
     Taught in notebooks/05_pretraining.ipynb
     """
+    _check_evaluate(model, loader, max_batches)
     device = device or next(model.parameters()).device
-    if hasattr(model, "config"):
-        check_loader_fits(loader, model.config.vocab_size, "evaluate")
     mask_id = loader_mask_id(loader) if mask_id is None else mask_id
     if hasattr(loader, "set_epoch"):
         loader.set_epoch(0)
@@ -308,6 +310,18 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
         metrics.update({f"{pair}_loss": total["nsp"] / total["sequences"],
                         f"{pair}_accuracy": total["nsp_correct"] / total["sequences"]})
     return metrics
+
+
+def _check_evaluate(model: nn.Module, loader: object, max_batches: object) -> None:
+    # Zero batches would reach the "no MLM targets" error, which blames the loader.
+    if hasattr(model, "config"):
+        check_loader_fits(loader, model.config.vocab_size, "evaluate")
+    if max_batches is not None and (isinstance(max_batches, bool) or
+                                    not isinstance(max_batches, int) or max_batches < 1):
+        raise BadInput(f"evaluate(max_batches={max_batches!r})",
+                       "asks for no batch at all, so there is nothing to measure",
+                       "pass a whole number >= 1, or None for every batch of the loader "
+                       "(in training: TrainConfig.eval_batches, --eval-batches)")
 
 
 def unigram_bar(targets: torch.Tensor) -> dict[str, float]:

@@ -16,9 +16,9 @@ One process at a time may write into a run folder (`hold_run_folder`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import random
-import shutil
 import signal
 import threading
 import warnings
@@ -36,10 +36,12 @@ from bertlab.checkpoint import (
     latest_checkpoint,
     latest_verified_checkpoint,
     list_checkpoints,
+    remove_checkpoint,
     save_checkpoint,
 )
 from bertlab.device import rank_world
-from bertlab.util import check_output_folder, writing_into
+from bertlab.errors import BadInput
+from bertlab.util import LOCK_NAME, check_output_folder, writing_into
 
 Batch = dict[str, torch.Tensor]
 
@@ -62,12 +64,20 @@ def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_
             raise ValueError("resume=True needs out_dir (the run folder to resume from)")
         return None
     out = Path(out_dir)
-    check_output_folder(out, flag, accept=("run",))
+    kind = check_output_folder(out, flag, accept=("run",))
     newest = latest_checkpoint(out)
     if resume and newest is None:
-        raise ValueError(f"resume=True (--resume): {flag} {out} has no checkpoint to continue "
-                         f"from (looked in {out / 'checkpoints'}); start a new run there without "
-                         f"resume (nothing was written)")
+        # The advice must work when followed: a new run refuses the files of a start that never
+        # saved (the CLI keeps them until you delete them), so then the folder goes first.
+        files = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) \
+            if kind == "run" else []
+        fix = (f"it holds only the files of a start that never saved ({', '.join(files)}), "
+               f"nothing to resume: delete the folder, then start a new run there without "
+               f"resume, or start one in another folder" if files else
+               "start a new run there without resume")
+        raise BadInput(f"resume=True (--resume): {flag} {out}",
+                       f"has no checkpoint to continue from (looked in {out / 'checkpoints'})",
+                       f"{fix} (nothing was written)")
     if not resume and newest is not None:
         raise ValueError(f"{flag} {out} already holds a pretraining run (newest checkpoint "
                          f"{newest.name}); continue it with resume=True (--resume), or choose "
@@ -131,31 +141,80 @@ def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
 # continue another run. (The budget may move: a finished run can be given more steps.)
 LEARNING = ("batch_size", "grad_accum", "lr", "warmup_steps", "warmup_fraction", "schedule",
             "min_lr_ratio", "weight_decay", "betas", "eps", "optimizer", "muon_lr", "grad_clip")
-# What a checkpoint records of the data (`run_data`): the words for it, and the fix to name.
-_DATA = {"objective": ("objective", "the same objectives (--objectives)"),
-         "data_seed": ("data seed", "the same data seed (--data-seed)"),
-         "train_examples": ("number of training examples", "the same corpus and --max-seq-len"),
-         "train_digest": ("training examples' digest",
-                          "the same corpus, tokenizer and --max-seq-len"),
-         "masking": ("masking", "the same masking (--mlm-probability)"),
-         "group_by_length": ("group_by_length", "the same --group-by-length (0: off)")}
+# What a checkpoint records besides the learning settings (`run_data`, `run_contract`): the words
+# for each, and the fix as a function of the run's own value. Compared in this order, so a
+# refusal names the setting that moved, not a digest it moved (the pair draws and the tokenizer
+# move the training examples' digest too).
+_CHECKED: dict[str, tuple[str, Any]] = {
+    "objective": ("objective", lambda v: f"the same objectives (--objectives {v})"),
+    "precision": ("precision", lambda v: f"the same precision (pass --precision {v}, or "
+                                         f"precision={v!r} in TrainConfig)"),
+    "compile": ("compile", lambda v: f"the same compilation (pass --{'' if v else 'no-'}compile, "
+                                     f"or compile={v} in TrainConfig)"),
+    "unpad": ("unpad", lambda v: f"the same unpadding (pass --{'' if v else 'no-'}unpad, or "
+                                 f"unpad={v} in TrainConfig)"),
+    "segments": ("segments", lambda v: f"the same segments (pass --segments "
+                                       f"{'single' if v == 'single' else 'pairs'}, or "
+                                       f"LoaderOptions(pairs={v!r}))"),
+    "pair_draws": ("pair draws", lambda v: f"the same draws of pairs (pass --pair-draws {v}, "
+                                           f"or LoaderOptions(pair_draws={v}))"),
+    "tokenizer": ("tokenizer (vocabulary digest)", lambda v: "the run's own tokenizer (its "
+                  "tokenizer.json, as the run saved it)"),
+    "data_seed": ("data seed", lambda v: f"the same data seed (--data-seed {v})"),
+    "train_examples": ("number of training examples",
+                       lambda v: "the same corpus and --max-seq-len"),
+    "train_digest": ("training examples' digest",
+                     lambda v: "the same corpus, tokenizer and --max-seq-len"),
+    "masking": ("masking", None),
+    "group_by_length": ("group_by_length",
+                        lambda v: f"the same --group-by-length ({v}; 0: off)"),
+    "validation": ("validation examples' digest", lambda v: "the same validation documents "
+                   "and --validate-also lengths (the history's val_ columns are measured on them)"),
+    "eval_batches": ("eval batches", lambda v: f"the same yardstick (pass --eval-batches {v}, "
+                                               f"or eval_batches={v} in TrainConfig)"),
+}
+# Settings a user may change on purpose when resuming: the budget, and how often the run
+# reports and saves. Each change is recorded (`changed_on_resume`).
+ADJUSTABLE = ("max_steps", "max_minutes", "stop_after", "eval_interval", "checkpoint_interval",
+              "keep_checkpoints", "log_interval", "progress", "tensorboard_dir")
 
 
 def run_data(train_loader: Iterable[Batch]) -> dict[str, Any]:
     """Return what decides which batches a run sees, as a checkpoint records it.
 
     The data seed, the number of training examples and their digest, the training masking
-    (`MaskingConfig`, as a dict) and the length grouping (0: off). A loader that is not
-    bertlab's gives None where it cannot say; None is never compared.
+    (`MaskingConfig`, as a dict), the length grouping (0: off), the kind of segments (a bertlab
+    loader's `pairs`), the number of pair draws and the tokenizer's vocabulary digest. A loader
+    that is not bertlab's gives None where it cannot say; None is never compared.
     """
     dataset = getattr(train_loader, "dataset", None)
-    masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
+    collate = getattr(train_loader, "collate_fn", None)
+    masking = getattr(collate, "masking", None)
     grouped = getattr(getattr(train_loader, "batch_sampler", None), "group_batches", None)
+    draws = getattr(dataset, "draws", None)
     return {"data_seed": getattr(train_loader, "seed", None),
             "train_examples": len(dataset) if hasattr(dataset, "__len__") else None,
             "train_digest": dataset.digest() if hasattr(dataset, "digest") else None,
             "masking": asdict(masking) if is_dataclass(masking) else None,
-            "group_by_length": (grouped or 0) if dataset is not None else None}
+            "group_by_length": (grouped or 0) if dataset is not None else None,
+            "segments": getattr(train_loader, "pairs", None),
+            "pair_draws": len(draws) if isinstance(draws, list | tuple) else None,
+            "tokenizer": getattr(collate, "tokenizer_digest", None)}
+
+
+def run_contract(config: Any, precision: str, compiled: bool,
+                 val_loaders: dict[str, Iterable[Batch]]) -> dict[str, Any]:
+    """Return the settings besides the data that a resume must keep, as a checkpoint records
+    them: the resolved `precision` and compilation, `config.unpad` (a TrainConfig), the
+    validation examples' digest over `val_loaders` (by label; None when one cannot say) and
+    `config.eval_batches` (None without validation)."""
+    digests = [f"{label}={loader.dataset.digest()}" for label, loader in val_loaders.items()
+               if hasattr(getattr(loader, "dataset", None), "digest")]
+    known = val_loaders and len(digests) == len(val_loaders)
+    return {"precision": precision, "compile": bool(compiled), "unpad": config.unpad,
+            "validation": (hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()[:16]
+                           if known else None),
+            "eval_batches": config.eval_batches if val_loaders else None}
 
 
 def _shown(value: Any) -> Any:
@@ -164,23 +223,26 @@ def _shown(value: Any) -> Any:
 
 
 def check_resume(saved: dict, checkpoint: Path, config: Any, data: dict[str, Any]) -> None:
-    """Refuse a resume that would learn differently, or from other batches, than the run it
-    continues.
+    """Refuse a resume that would learn differently, compute differently, or see other batches
+    than the run it continues.
 
     Compared with the checkpoint's own state (never with files beside it that a user may have
     edited or deleted): every `LEARNING` setting of `config` (a TrainConfig) against the
-    checkpoint's train_config, and each entry of `data` (`run_data`'s keys, plus "objective",
-    e.g. "mlm,nsp") against what the checkpoint recorded. A value missing on either side (a
-    checkpoint written before it was recorded, a check made before the data is built) is not
-    compared. A ValueError names the setting, both values and the fix; nothing is written.
+    checkpoint's train_config, then each entry of `data` (`run_data`'s and `run_contract`'s
+    keys, plus "objective", e.g. "mlm,nsp") against what the checkpoint recorded, in `_CHECKED`
+    order. A value missing on either side (a checkpoint written before it was recorded, a check
+    made before the data is built) is not compared. A `BadInput` names the setting, both
+    values and the fix; nothing is written.
     """
     train, now = saved.get("train_config") or {}, config.to_dict()
     for name in (n for n in LEARNING if n in train):
         flag = "--" + name.replace("_", "-")
         _same(checkpoint, name, _shown(train[name]), _shown(now[name]),
               f"the same value (pass {flag} {_shown(train[name])}, or {name}= in TrainConfig)")
-    for name, (words, fix) in _DATA.items():
+    for name, (words, fix) in _CHECKED.items():
         before, after = saved.get(name), data.get(name)
+        if before is None and name in ("unpad", "eval_batches"):
+            before = train.get(name)  # recorded in the train_config before it was checked
         if before in (None, "") or after in (None, ""):
             continue
         if name == "masking":  # one setting at a time, so the message names the one that moved
@@ -190,14 +252,23 @@ def check_resume(saved: dict, checkpoint: Path, config: Any, data: dict[str, Any
                 _same(checkpoint, f"masking {key}", before[key], after.get(key),
                       f"the same masking (pass {hint})")
             continue
-        _same(checkpoint, words, before, after, f"{fix} as in the original run")
+        _same(checkpoint, words, before, after, f"{fix(before)} as in the original run")
+
+
+def changed_on_resume(saved: dict, config: Any) -> dict[str, list]:
+    """Return the `ADJUSTABLE` settings of `config` that differ from the checkpoint's
+    train_config, {name: [before, now]}: what a resume changed on purpose, to be recorded."""
+    train, now = saved.get("train_config") or {}, config.to_dict()
+    return {name: [train[name], now[name]] for name in ADJUSTABLE
+            if name in train and _shown(train[name]) != _shown(now[name])}
 
 
 def _same(checkpoint: Path, what: str, before: Any, after: Any, needs: str) -> None:
     if before != after:
-        raise ValueError(f"checkpoint {checkpoint} was trained with {what} {before}, this resume "
-                         f"has {after}; an exact resume (--resume, resume=True) needs {needs}, "
-                         f"or start a new run in another folder (nothing was written)")
+        raise BadInput(f"checkpoint {checkpoint}",
+                       f"this run was trained with {what} {before}, this resume has {after}",
+                       f"an exact resume (--resume, resume=True) needs {needs}, or start a new "
+                       f"run in another folder (nothing was written)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +338,7 @@ class CheckpointSaver:
                                self.model, self.optimizer, state=state, rng=rngs,
                                scaler=self.scaler)
         for old in list_checkpoints(self.out)[:-self.keep]:
-            shutil.rmtree(old)
+            remove_checkpoint(old)  # renamed away first: never seen half deleted
         return path
 
     def save_on_interrupt(self, stop: KeyboardInterrupt, state: dict[str, Any],

@@ -34,8 +34,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertlab.errors import is_short_write
+
 LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
 STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{owner}.{random}.tmp
+# Bytes of a target's name kept in its staging name: the tag (owner, random, suffix) needs about
+# 40 more, and a name may have 255.
+_STEM_BYTES = 200
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,10 +72,11 @@ _FILE_MODE = _file_mode()
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Return True if `exc` says the disk (or the quota) is full: an OSError, or safetensors'
-    error, which reports the same fault as text ("StorageFull", "os error 28")."""
+    """Return True if `exc` says the disk (or the quota) is full: an OSError (also numpy's
+    short write, which has no errno), or safetensors' error, which reports the same fault as
+    text ("StorageFull", "os error 28")."""
     if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or is_short_write(exc)
     text = str(exc)
     return type(exc).__name__ == "SafetensorError" and (
         "StorageFull" in text or "code: 28" in text or "os error 28" in text
@@ -89,7 +95,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
     A full disk raises an OSError (ENOSPC) that names `path`; the old content stays."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{staging_stem(path.name)}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise _named(exc, path) from None
     try:
         os.fchmod(fd, _FILE_MODE)  # mkstemp's file is owner-only; give it an ordinary file's mode
         with os.fdopen(fd, "wb") as handle:
@@ -104,6 +114,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         raise
     fsync_path(path.parent)
     return path
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """Return `exc` as if raised for `path`: the user's file, not its hidden temporary one."""
+    return exc if exc.errno is None else type(exc)(exc.errno, exc.strerror, str(path))
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -139,8 +154,12 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_dead_writers(path)
     # mkdir, not mkdtemp: the folder gets the usual permissions (mkdtemp's are owner-only).
-    staging = path.parent / f".{path.name}.{_owner()}.{secrets.token_hex(4)}{STAGING_SUFFIX}"
-    staging.mkdir()
+    staging = (path.parent /
+               f".{staging_stem(path.name)}.{_owner()}.{secrets.token_hex(4)}{STAGING_SUFFIX}")
+    try:
+        staging.mkdir()
+    except OSError as exc:
+        raise _named(exc, path) from None
     try:
         _write_whole(write, staging, path, fill_empty, last)
     finally:
@@ -152,6 +171,18 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     return path
 
 
+def staging_stem(name: str) -> str:
+    """Return the part of a staging name that comes from its target's `name`: the name itself,
+    or, for a name too long to carry the staging tag within the file system's 255 bytes, its
+    start and a digest of the whole (one per name, so a dead writer's leftovers are still found).
+    """
+    raw = os.fsencode(name)
+    if len(raw) <= _STEM_BYTES:
+        return name
+    start = raw[:_STEM_BYTES - 17].decode("utf-8", "ignore")  # never half a character
+    return f"{start}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
 def through_link(path: Path) -> Path:
     """Return where a symbolic link at `path` leads (or `path` itself, when it is no link), so
     that writing there keeps the user's link a link; a link that loops is a ValueError."""
@@ -159,7 +190,9 @@ def through_link(path: Path) -> Path:
         return path
     try:
         return path.resolve(strict=True)
-    except FileNotFoundError:  # a link to a folder not made yet: it is made where the link says
+    except (FileNotFoundError, NotADirectoryError):
+        # A link to a folder not made yet: it is made where the link says. One that leads under
+        # a file comes back too, for the caller's check of that path to name the file.
         return Path(os.path.realpath(path))
     except (RuntimeError, OSError):  # a loop: RuntimeError before Python 3.13, ELOOP after
         raise ValueError(f"'{path}' is a symbolic link that loops (it leads back to itself: "
@@ -205,10 +238,11 @@ def sweep_dead_writers(path: str | Path) -> list[Path]:
     host, _ = _owner().split("-")
     swept = []
     # .old first, so a missing `path` is restored before anything is deleted.
-    entries = sorted(path.parent.glob(f".{glob.escape(path.name)}.{host}-*"),
+    stem = staging_stem(path.name)
+    entries = sorted(path.parent.glob(f".{glob.escape(stem)}.{host}-*"),
                      key=lambda e: not e.name.endswith(".old"))
     for entry in entries:
-        pid = entry.name[len(path.name) + 2 + len(host) + 1:].split(".", 1)[0]
+        pid = entry.name[len(stem) + 2 + len(host) + 1:].split(".", 1)[0]
         if not (entry.is_dir() and pid.isdigit()) or _pid_alive(int(pid)):
             continue
         if entry.name.endswith(".old") and not path.exists():
@@ -241,7 +275,8 @@ def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_
                 os.replace(entry, path / entry.name)
             staging.rmdir()
         elif path.exists():
-            aside = path.parent / f".{path.name}.{_owner()}.{secrets.token_hex(4)}.old"
+            aside = (path.parent /
+                     f".{staging_stem(path.name)}.{_owner()}.{secrets.token_hex(4)}.old")
             os.replace(path, aside)
             os.replace(staging, path)
             shutil.rmtree(aside)
@@ -390,7 +425,8 @@ class FolderLock:
     """Hold `folder/.lock` exclusively while the `with` block runs, or raise a clear ValueError.
 
     The operating system drops the lock when the holding process ends, however it ends (kill -9
-    included), so a stale lock never blocks a new run; a holder that lets go normally deletes
+    included), and the processes it forks (DataLoader workers) never hold it, so a stale lock
+    never blocks a new run; a holder that lets go normally deletes
     the file too, so a finished folder holds only its data. The file records the holder's pid, host,
     command and start time, which the error message of a second process quotes. Taking the same
     lock again inside the same process just nests.
@@ -468,16 +504,21 @@ def lock_holder(folder: str | Path) -> str | None:
         return None
     with open(path, encoding="utf-8") as handle:
         try:
-            _lock(handle)
+            _lock(handle, shared=True)
         except OSError:
             return handle.read().strip() or "another process"
         _unlock(handle)
     return None
 
 
-def _lock(handle: Any) -> None:
+def _lock(handle: Any, shared: bool = False) -> None:
+    # POSIX record locks belong to the process, and a forked child (a DataLoader worker) does not
+    # inherit them: after kill -9 the folder is free at once, not when the last worker has
+    # noticed. (flock locks belong to the open file, which every worker shares.) The price: any
+    # close of this file by the holder drops its lock, hence `_HELD` and lock_holder's check.
+    # A read-only handle (lock_holder, which only looks) can take a shared lock only.
     if fcntl is not None:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(handle.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     else:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
@@ -485,7 +526,7 @@ def _lock(handle: Any) -> None:
 
 def _unlock(handle: Any) -> None:
     if fcntl is not None:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        fcntl.lockf(handle.fileno(), fcntl.LOCK_UN)
     else:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)

@@ -122,10 +122,10 @@ def test_pairs_drawn_afresh_and_batches_grouped_by_length_from_the_command_line(
     assert "done: 4 steps" in capsys.readouterr().out
     args = json.loads((run / "run.json").read_text())["args"]
     assert args["pair_draws"] == 2 and args["group_by_length"] == 4
-    # A resume with other draws is another dataset: refused by its digest.
+    # A resume with other draws is another dataset: refused, naming the draws.
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "6",
                  *SMALL, "--pair-draws", "3", "--group-by-length", "4", "--resume"]) == 2
-    assert "digest" in capsys.readouterr().err
+    assert "pair draws 2, this resume has 3" in capsys.readouterr().err
 
 
 def test_mlm_only_pretraining_and_evaluation_only_at_the_ends(corpus, tmp_path, capsys):

@@ -189,7 +189,7 @@ TOP = ("cli", "__main__", "__init__")  # may import the library and the course
 # the course teaches them, below the helpers everything uses): a module imports only modules
 # listed before it.
 LAYERS = (
-    "errors", "util", "labels",                                              # helpers
+    "errors", "util", "outputs", "labels",                                   # helpers
     "document", "sentences", "textfiles", "records", "corpus", "wordpiece", "tokenizer",  # 01 text
     "draws", "masking",                                                      # 02 masking
     "example", "nsp", "sop", "single", "objectives", "streaming", "shards", "data",    # 03 pairs, batches
@@ -631,3 +631,14 @@ def test_records_name_the_files_the_makefile_writes():
     outs = re.findall(r"--out (\S+)", " ".join(m["command"] for m in zh["merged_from"]))
     assert outs and all(f"--out {o}" in makefile for o in outs), outs
     assert zh["command"].split("chinese_wwm.py ")[1] in makefile
+
+
+def test_every_test_the_readme_names_exists():
+    """A README promise names the test that backs it; a renamed or deleted test would leave the
+    promise unbacked, so each `test_...` name in README.md must be defined in tests/."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(?:tests/\w+\.py::)?(test_\w+)`", readme))
+    defined = {m for path in (ROOT / "tests").glob("test_*.py")
+               for m in re.findall(r"^def (test_\w+)\(", path.read_text(encoding="utf-8"), re.M)}
+    assert len(named) >= 30, f"the README names only {len(named)} tests"
+    assert named <= defined, f"the README names tests that do not exist: {sorted(named - defined)}"

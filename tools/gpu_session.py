@@ -33,21 +33,25 @@ Back here, with the folder the full call's $OUT came back to:
 `receive` checks everything before it writes anything, and refuses (exit 2, nothing written) a
 record or a run made on the CPU, a record the notebooks could not read (no rows, no torch), a
 cut archive or one that is no archive, a summary that is not a JSON object, two archives that
-would write the same run, and a runs folder that already holds runs. The runs are unpacked into
-a staging folder beside --runs and put in place in one rename.
+would write the same run, and a runs folder that already holds runs; where it writes is checked
+too (a path under a file, a file where a folder goes, the --from folder itself, a link leading
+nowhere writable, a folder it may not write in). The runs are unpacked into a staging folder
+beside --runs, the record is written, and then the runs are put in place in one rename: a
+failure or a stop (Ctrl-C, SIGTERM) on the way leaves both as they were, and after kill -9 the
+same receive, run again, sweeps the leftovers and finishes.
 `--device cpu` walks the same phases on the CPU with tiny sizes (a check of the commands only).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import zlib
 from pathlib import Path
@@ -162,18 +166,21 @@ def _check_no_clash(contents: dict[Path, list[tarfile.TarInfo]]) -> None:
             owner[top] = archive
 
 
-def _gather(came_back: Path) -> tuple[dict | None, dict[Path, list[tarfile.TarInfo]]]:
-    """Return the throughput record and each archive's members, every one checked; refuse
-    anything that is not whole, not a GPU's, or that clashes."""
+def _gather(came_back: Path) -> tuple[bytes | None, dict | None,
+                                      dict[Path, list[tarfile.TarInfo]]]:
+    """Return the throughput record (its bytes, read once, and what they hold) and each
+    archive's members, every one checked; refuse anything that is not whole, not a GPU's, or
+    that clashes."""
     from bertlab.course.gpu_records import made_on_cpu
     record_path = came_back / "gpu_throughput.json"
     archives = sorted(came_back.glob("*.tgz"))
     if not record_path.is_file() and not archives:
         raise Refused(f"{came_back} holds neither gpu_throughput.json nor run archives (*.tgz); "
                       f"pass the folder the full call's $OUT came back to")
-    sources, record = {}, None
+    sources, data, record = {}, None, None
     if record_path.is_file():
-        record = _json_object(record_path.read_bytes(), str(record_path))
+        data = record_path.read_bytes()
+        record = _json_object(data, str(record_path))
         sources[record_path.name] = record
     contents = {}
     for archive in archives:
@@ -186,54 +193,121 @@ def _gather(came_back: Path) -> tuple[dict | None, dict[Path, list[tarfile.TarIn
     if record is not None:
         _check_throughput(record, str(record_path))
     _check_no_clash(contents)
-    return record, contents
+    return data, record, contents
 
 
-def _unpack(contents: dict[Path, list[tarfile.TarInfo]], runs: Path) -> None:
-    """Unpack every archive into a staging folder beside `runs`, then put it in place in one
-    rename: a failure on the way leaves `runs` as it was, with no half-received run in it."""
-    runs.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{runs.name}.receiving-", dir=runs.parent))
+def _check_outputs(came_back: Path, runs: Path | None, results: Path | None) -> None:
+    """Refuse, before anything is written, an output that cannot take what came back: a path
+    under a file, a file where a folder goes, the --from folder itself, a link that loops or
+    leads where nothing can be written, a folder this process may not write in, and a `runs`
+    folder that already holds something (an earlier session's runs)."""
+    from bertlab.outputs import check_output
+    from bertlab.util import through_link
+    any_kind = ("run", "shards", "hf", "checkpoint", "other")  # what is there: checked below
     try:
+        for flag, path in (("--runs", runs), ("--results", results)):
+            if path is None:
+                continue
+            check_output(path, flag, inputs=[("--from", came_back)], folder=True,
+                         accept=any_kind)
+            target = through_link(path)
+            if target != path:  # a link (maybe dangling): where it leads must take it too
+                check_output(target, f"{flag} {path} ->", folder=True, accept=any_kind)
+    except ValueError as e:
+        raise Refused(str(e).removesuffix(" (nothing was written)")) from None
+    if runs is not None and runs.exists() and any(runs.iterdir()):
+        raise Refused(f"{runs} already holds runs; move it aside (or pass --runs NEW_FOLDER), "
+                      f"then receive again")
+    if results is not None and (results / "gpu_throughput.json").is_dir():
+        raise Refused(f"{results / 'gpu_throughput.json'} is a folder, where the record goes; "
+                      f"move it aside, or pass another --results")
+    if runs is not None and results is not None:
+        real_runs, real_results = (Path(os.path.realpath(p)) for p in (runs, results))
+        if real_results == real_runs or real_results.is_relative_to(real_runs):
+            raise Refused(f"--results {results} lies in --runs {runs}, which is put in place "
+                          f"whole; pass a --results folder outside it")
+
+
+def _put_in_place(contents: dict[Path, list[tarfile.TarInfo]], record: bytes | None,
+                  runs: Path, results: Path) -> None:
+    """Unpack every archive into a staging folder beside `runs`, write the record into
+    `results`, then rename the staging folder into place. A failure on the way (a full disk,
+    Ctrl-C, SIGTERM) leaves both as they were: the staging folder is removed and the record's
+    previous content (or its absence) comes back. After kill -9 the next receive sweeps the dead
+    one's staging folder; killed after the record was written, it writes the same bytes again."""
+    from bertlab.util import atomic_write_bytes, atomic_write_folder
+    target = results / "gpu_throughput.json"
+    before = target.read_bytes() if target.is_file() else None
+    began: list[Path] = []
+    # The folders this receive will make, deepest first: a failure removes them again.
+    made = [p for p in (results, *Path(os.path.realpath(runs)).parents, *results.parents)
+            if not p.exists()]
+
+    def write_record() -> None:
+        if record is not None:
+            results.mkdir(parents=True, exist_ok=True)
+            began.append(target)
+            atomic_write_bytes(target, record)
+
+    def fill(staging: Path) -> None:
         for archive in contents:
             with tarfile.open(archive) as tar:  # checked: plain files, no clash between them
                 tar.extractall(staging, **({"filter": "data"} if hasattr(tarfile, "data_filter")
                                            else {}))
             print(f"unpacked {archive.name} into {runs}")
-        if runs.is_dir():
-            runs.rmdir()  # empty: checked before
-        staging.rename(runs)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        write_record()  # before the rename: once the runs are in place, all is
+
+    try:
+        if contents:
+            atomic_write_folder(runs, fill)
+        else:
+            write_record()
+    except BaseException:
+        now = target.read_bytes() if began and target.is_file() else before
+        if now != before:  # the new record was written: the previous one comes back
+            atomic_write_bytes(target, before) if before is not None else target.unlink()
+        for folder in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):  # one that holds something stays
+                folder.rmdir()
+        raise
 
 
 def receive(came_back: Path, runs: Path, results: Path) -> int:
     """Unpack what the full call returned: each run archive into `runs` (summary.json and its
     model, with the logs beside them, as `benchmarks/twins.py score` reads them) and
-    gpu_throughput.json into `results`. Everything is checked first; a refusal writes nothing:
-    a CPU walk's files (they are no GPU result), a record the notebooks could not read, a cut
-    or clashing archive, and a `runs` folder that already holds runs (an earlier session's)."""
+    gpu_throughput.json into `results`. Everything is checked first, what came back and where it
+    goes; a refusal writes nothing: a CPU walk's files (they are no GPU result), a record the
+    notebooks could not read, a cut or clashing archive, a `runs` folder that already holds runs
+    (an earlier session's), an output path under a file, a file where a folder goes, a folder
+    that may not be written. A failure or a stop while writing leaves both as they were."""
     # Imported here, not at the top: the GPU machine runs this script without bertlab installed.
-    from bertlab.util import atomic_write_bytes
+    from bertlab.errors import os_error_line
+    from bertlab.resume import interrupt_on_sigterm
     log = came_back / "full.log"
     phases = [line for line in (log.read_text(errors="replace").splitlines()
                                 if log.is_file() else []) if line.startswith("phases: ")]
     print(phases[-1] if phases else f"no 'phases:' line in {log}: the full call may have been cut")
     try:
-        record, contents = _gather(came_back)
-        if contents and runs.exists() and (not runs.is_dir() or any(runs.iterdir())):
-            raise Refused(f"{runs} already holds runs; move it aside (or pass --runs "
-                          f"NEW_FOLDER), then receive again")
+        data, record, contents = _gather(came_back)
+        _check_outputs(came_back, runs if contents else None,
+                       results if record is not None else None)
     except Refused as e:
         print(f"gpu_session receive: {e}; nothing was written")
         return 2
-    if contents:
-        _unpack(contents, runs)
+    again = (f"nothing was received ({runs} and {results / 'gpu_throughput.json'} are as they "
+             f"were); run the same receive again")
+    try:
+        with interrupt_on_sigterm():
+            _put_in_place(contents, data, runs, results)
+    except OSError as e:
+        print(f"gpu_session receive: {os_error_line(e).removeprefix('error: ')}; {again} "
+              f"once that is fixed")
+        return 1
+    except KeyboardInterrupt as e:
+        signum = int(getattr(e, "signum", signal.SIGINT))
+        print(f"gpu_session receive: stopped by {signal.Signals(signum).name}; {again}")
+        return 128 + signum
     if record is not None:
-        results.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(results / "gpu_throughput.json",
-                           (came_back / "gpu_throughput.json").read_bytes())
         print(f"copied gpu_throughput.json ({record['device']}) into {results}")
     if contents:
         print(f"next: python benchmarks/twins.py score --device cuda --runs {runs} --ship "

@@ -390,6 +390,29 @@ def check_disk() -> Check:
     return Check("disk", "OK", message)
 
 
+def check_cache() -> Check:
+    """Return whether the tokenizer cache ($BERTLAB_CACHE, or ~/.cache/bertlab) can be written:
+    a folder, or a path whose nearest existing folder may be written (it is made on first use).
+    Nothing is written: the permission is asked of the operating system."""
+    cache = default_cache_dir()
+    env = os.environ.get("BERTLAB_CACHE")
+    named = f"BERTLAB_CACHE={env}" if env else f"the cache {_shown(cache.parent)}"
+    fix = ("set BERTLAB_CACHE to a folder you may write (e.g. export BERTLAB_CACHE=~/bertlab-cache)"
+           if env else "make ~/.cache writable, or set BERTLAB_CACHE to a folder you may write")
+    path = cache
+    while not path.exists() and path != path.parent:  # made on first use: its parent must allow it
+        path = path.parent
+    for part in [path, *path.parents]:
+        if part.exists() and not part.is_dir():
+            return Check("cache", "FAIL", f"{named}: {_shown(part)} is a file, not a folder, so "
+                         f"trained tokenizers cannot be cached", fix)
+    if not os.access(path, os.W_OK | os.X_OK):
+        return Check("cache", "FAIL", f"{named}: {_shown(path)} is read-only for you, so trained "
+                     f"tokenizers cannot be cached", fix)
+    return Check("cache", "OK", f"{_shown(cache)} can be written"
+                 + (" (made on first use)" if path != cache else ""))
+
+
 def available_memory() -> int | None:
     """Return the bytes of memory available to new programs, or None where it cannot be read."""
     with contextlib.suppress(OSError, ValueError):
@@ -470,7 +493,8 @@ def default_checks(seconds: float = 20.0) -> list[tuple[str, Callable[[], Check]
             ("bbc corpus", check_bbc_corpus), ("chinese corpus", check_chinese_corpus),
             ("tokenizer", check_tokenizer),
             ("training speed", lambda: check_training_speed(seconds)),
-            ("widgets", check_widgets), ("disk", check_disk), ("memory", check_memory),
+            ("widgets", check_widgets), ("disk", check_disk), ("cache", check_cache),
+            ("memory", check_memory),
             ("cpu", check_cpu), ("gpu", check_gpu)]
 
 

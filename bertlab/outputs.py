@@ -1,0 +1,146 @@
+"""Where a command may write: one check for every output path, made before any work.
+
+`check_output` refuses an output that is one of the command's own inputs (compared as real
+paths, so a link to the input counts), a path inside a bertlab artefact (a run, a checkpoint,
+shards, a Hugging Face export: a file written there would replace one of its files, or be
+taken for one), a name longer than the file system allows, and a destination this process
+cannot write; each refusal is one `BadInput` that names the flag and the path as the user gave
+them. The writing itself is `bertlab.util`'s atomic replace.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from bertlab.errors import BadInput
+from bertlab.util import STAGING_SUFFIX, check_output_folder, describe_kind, folder_kind
+
+# The artefacts whose files belong to bertlab, and what a message calls each folder.
+_ARTEFACTS = {"run": "the run folder", "checkpoint": "the checkpoint",
+              "shards": "the shard folder", "hf": "the Hugging Face export"}
+# How far up an output's folders are looked at: far enough for RUN/checkpoints/step-N/FILE.
+_ARTEFACT_DEPTH = 3
+_HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+_NOTHING = "(nothing was written)"
+
+
+def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, object]] = (),
+                 folder: bool = False, accept: tuple[str, ...] | None = None) -> str:
+    """Return what `path` holds now (`bertlab.util.folder_kind`: "missing", "file", "run"...)
+    once a command may write there; raise `BadInput` (a ValueError) before, if it may not.
+
+    `inputs` lists the command's inputs as (flag, path); those that are no path on disk (a
+    corpus name such as "bbc", None) are passed over. `folder`: the output is a folder (else a
+    file in an existing folder). With `accept` (a folder output), what the folder may already
+    hold is checked too (`bertlab.util.check_output_folder`); None leaves that to the command.
+    """
+    shown = f"{flag} {path}"
+    if str(path).strip() == "":
+        raise BadInput(flag, "is empty", f"pass a {'folder' if folder else 'file'} path")
+    path = Path(path)
+    _check_name_lengths(path, shown)
+    _check_not_an_input(path, shown, inputs)
+    _check_outside_artefacts(path, shown)
+    if folder and accept is not None:
+        check_output_folder(path, flag, accept)
+    elif not folder:
+        _check_file_target(path, shown)
+    check_writable(path, shown, folder)
+    return folder_kind(path)
+
+
+def _check_name_lengths(path: Path, shown: str) -> None:
+    """Refuse a name in `path` longer than its file system takes (255 bytes on most)."""
+    limit = _name_max(path)
+    for name in path.parts:
+        size = len(os.fsencode(name))
+        if size > limit:
+            raise BadInput(shown, f"the name {name[:40]!r}... is {size} bytes long, and this "
+                                  f"file system takes at most {limit}", "choose a shorter name "
+                                  + _NOTHING)
+
+
+def _name_max(path: Path) -> int:
+    existing = _nearest_existing(path.absolute())
+    try:
+        return os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not on this OS or file system
+        return 255
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.isdir(candidate):  # False, not an error, for a name too long
+            return candidate
+    return Path(path.anchor or ".")
+
+
+def _check_not_an_input(path: Path, shown: str, inputs: Sequence[tuple[str, object]]) -> None:
+    """Refuse an output that is one of the command's inputs, also through a link."""
+    real = os.path.realpath(path)
+    for flag, given in inputs:
+        if given is None or not os.path.lexists(str(given)):
+            continue
+        if os.path.realpath(str(given)) != real:
+            continue
+        held = Path(str(given))
+        what = (f"folder ({describe_kind(folder_kind(held))})" if held.is_dir() else "file")
+        link = " (through a link)" if os.path.abspath(held) != os.path.abspath(path) else ""
+        raise BadInput(shown, f"is the same {what} as {flag} {given}{link}, which this command "
+                              f"reads; writing there would replace its own input",
+                       f"write the output to another path {_NOTHING}")
+
+
+def _check_outside_artefacts(path: Path, shown: str) -> None:
+    """Refuse a path inside a run, a checkpoint, shards or a Hugging Face export."""
+    real = Path(os.path.realpath(path))
+    given = [p for p in Path(path).parents if str(p) != "."]
+    for depth, ancestor in enumerate(list(real.parents)[:_ARTEFACT_DEPTH]):
+        kind = folder_kind(ancestor)
+        if kind not in _ARTEFACTS:
+            continue
+        if kind == "hf" and not any((ancestor / name).is_file() for name in _HF_WEIGHTS):
+            continue  # a config.json alone (a project's own) makes no export
+        name = given[depth] if depth < len(given) else ancestor
+        raise BadInput(shown, f"lies inside {_ARTEFACTS[kind]} {name} ({describe_kind(kind)}); "
+                              f"a file written there would replace one of its files or be taken "
+                              f"for one, and it might no longer load",
+                       f"write it outside that folder {_NOTHING}")
+
+
+def _check_file_target(path: Path, shown: str) -> None:
+    if path.is_dir():
+        raise BadInput(shown, "is a folder", "pass a file path")
+    parent = path.parent
+    if not parent.is_dir():
+        problem = (f"{parent} is a file, not a folder" if parent.exists() else
+                   f"folder {parent} does not exist")
+        raise BadInput(shown, problem, f"pass a file path in an existing folder {_NOTHING}")
+
+
+def check_writable(path: str | Path, shown: str, folder: bool = False) -> None:
+    """Raise `BadInput` naming `shown` unless this process can create files where `path` goes.
+
+    Permission bits do not stop every writer (root ignores them) and a read-only mount says so
+    only when written, so a probe file is made and removed in the folder that will take the
+    output: the folder itself (an existing output folder), else the nearest existing one above.
+    """
+    path = Path(path).absolute()
+    places = [path] if folder and path.is_dir() else []
+    places.append(_nearest_existing(path.parent))
+    for place in places:
+        fix = f"choose a folder you may write to, or change its permissions {_NOTHING}"
+        if not os.access(place, os.W_OK | os.X_OK):
+            raise BadInput(shown, f"cannot be written: this process may not write in {place}",
+                           fix)
+        try:
+            fd, probe = tempfile.mkstemp(dir=place, prefix=".bertlab-probe.",
+                                         suffix=STAGING_SUFFIX)
+        except OSError as e:
+            raise BadInput(shown, f"cannot be written: creating a file in {place} failed "
+                                  f"({e.strerror or e})", fix) from None
+        os.close(fd)
+        os.unlink(probe)

@@ -1,0 +1,255 @@
+"""Outputs never overwrite inputs: every command that writes checks its output path first
+(`bertlab.outputs.check_output`), writes by atomic replace, and names the user's path.
+
+The matrix runs the real CLI in-process; each row checks the one `error:` line and that nothing
+under the test's folder changed. The kill tests run the real CLI in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+
+from bertlab.checkpoint import latest_checkpoint
+from bertlab.cli import main
+from bertlab.corpus import load_corpus
+from bertlab.hf import load_hf
+from bertlab.util import atomic_write_json
+
+SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
+         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
+TINY = ["--max-steps", "2", *SMALL]
+LONG = "n" * 300  # one name longer than the 255 bytes a file system takes
+LEGAL = "r" * 250  # a legal name, too long only for a staging name built by appending to it
+# A finetune that is quick, even when it is wrongly accepted.
+QUICK = "--methods tf-idf --device cpu"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, str]:
+    """Return the paths the rows refer to: a corpus, a run, its checkpoint, shards, an export,
+    a task of rows, a link to it and the results of an earlier finetune."""
+    root = tmp_path_factory.mktemp("outputs")
+    docs = load_corpus("bbc")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for i, doc in enumerate(docs[:40]):
+        (corpus / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    run, shards, hf = root / "run", root / "shards", root / "hf"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), *TINY]) == 0
+    assert main(["prepare", "--corpus", str(corpus), "--out", str(shards), "--vocab-size", "300",
+                 "--max-seq-len", "64"]) == 0
+    assert main(["export-hf", str(run), str(hf)]) == 0
+    rows = root / "rows.jsonl"
+    chosen = ([d for d in docs if d.label == "sport"][:30]
+              + [d for d in docs if d.label == "tech"][:30])
+    rows.write_text("".join(json.dumps({"text": d.text, "label": d.label}) + "\n"
+                            for d in chosen), encoding="utf-8")
+    (root / "link.jsonl").symlink_to(rows)
+    assert main(["finetune", str(run), "--task", str(rows), *QUICK.split(), "--json",
+                 str(root / "results.json")]) == 0
+    return {"root": str(root), "corpus": str(corpus), "run": str(run), "shards": str(shards),
+            "hf": str(hf), "ckpt": str(latest_checkpoint(run)), "rows": str(rows),
+            "link": str(root / "link.jsonl"), "long": LONG}
+
+
+def expand(command: str, world: dict[str, str]) -> list[str]:
+    argv = []
+    for token in shlex.split(command):
+        argv += TINY if token == "TINY" else [token.format(**world)]
+    return argv
+
+
+ROWS = [
+    # finetune --json: the task, the model and bertlab's folders are inputs, never outputs
+    ("json-is-the-task-file", "finetune {run} --task {rows} QUICK --json {rows}",
+     ["--json {rows}", "same file as --task {rows}", "another path"]),
+    ("json-is-a-link-to-the-task", "finetune {run} --task {rows} QUICK --json {link}",
+     ["--json {link}", "--task {rows}", "through a link"]),
+    ("json-over-the-runs-tokenizer", "finetune {run} --task {rows} QUICK --json {run}/tokenizer.json",
+     ["--json {run}/tokenizer.json", "inside the run folder {run}", "outside that folder"]),
+    ("json-over-a-checkpoints-weights",
+     "finetune {run} --task {rows} QUICK --json {ckpt}/model.safetensors",
+     ["--json {ckpt}/model.safetensors", "inside the checkpoint {ckpt}"]),
+    ("json-into-an-export", "finetune {run} --task {rows} QUICK --json {hf}/results.json",
+     ["--json {hf}/results.json", "inside the Hugging Face export {hf}"]),
+    ("json-name-too-long", "finetune {run} --task {rows} QUICK --json {root}/{long}.json",
+     ["--json {root}/{long}.json", "305 bytes long", "choose a shorter name"]),
+    # prepare --out, pretrain --out, export-hf OUT: the same guard
+    ("prepare-out-is-the-corpus", "prepare --corpus {corpus} --out {corpus}",
+     ["--out {corpus}", "same folder", "as --corpus {corpus}"]),
+    ("prepare-out-is-the-rows-file", "prepare --corpus {rows} --out {rows}",
+     ["--out {rows}", "same file as --corpus {rows}"]),
+    ("prepare-out-inside-a-run", "prepare --corpus {corpus} --out {run}/shards",
+     ["--out {run}/shards", "inside the run folder {run}"]),
+    ("prepare-out-name-too-long", "prepare --corpus {corpus} --out {root}/{long}",
+     ["--out {root}/{long}", "300 bytes long"]),
+    ("pretrain-out-inside-shards", "pretrain --corpus {corpus} --out {shards}/run TINY",
+     ["--out {shards}/run", "inside the shard folder {shards}"]),
+    ("pretrain-out-inside-a-checkpoint", "pretrain --corpus {corpus} --out {ckpt}/run TINY",
+     ["--out {ckpt}/run", "inside the checkpoint {ckpt}"]),
+    ("export-into-an-export", "export-hf {run} {hf}/inner",
+     ["out_dir {hf}/inner", "inside the Hugging Face export {hf}"]),
+]
+
+
+@pytest.mark.parametrize("command, fragments", [pytest.param(c, f, id=i) for i, c, f in ROWS])
+def test_an_output_that_is_an_input_or_inside_an_artefact_is_refused(world, capsys, command,
+                                                                      fragments):
+    argv = expand(command.replace("QUICK", QUICK), world)
+    before = snapshot(world["root"])
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert_one_clear_error(captured.err, [f.format(**world) for f in fragments])
+    assert ".tmp" not in captured.err  # never the hidden staging name
+    assert "test split" not in captured.out  # refused before any work
+    assert_unchanged(before, snapshot(world["root"]))
+
+
+@pytest.fixture
+def unwritable(monkeypatch, tmp_path) -> Path:
+    """Return a folder whose files cannot be created, as the kernel answers a non-root user in
+    a folder without write permission. Tests may run as root, whom permission bits do not
+    stop, and a read-only mount needs privileges: so creating a file there (tempfile.mkstemp,
+    the one call both the output check's probe and the atomic writer make) fails with EACCES."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    real = tempfile.mkstemp
+
+    def refused(suffix=None, prefix=None, dir=None, text=False):  # noqa: A002
+        if dir is not None and Path(dir).resolve() == folder.resolve():
+            raise PermissionError(13, "Permission denied",
+                                  os.path.join(dir, f"{prefix or 'tmp'}x1y2z3{suffix or ''}"))
+        return real(suffix, prefix, dir, text)
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    return folder
+
+
+def test_json_into_a_folder_that_cannot_be_written_is_refused_before_the_work(world, capsys,
+                                                                              unwritable):
+    target = unwritable / "results.json"
+    before = snapshot(world["root"], unwritable)
+    code = main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--json",
+                 str(target)])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert_one_clear_error(captured.err, [f"--json {target}", "cannot be written",
+                                          "Permission denied"])
+    assert ".tmp" not in captured.err
+    assert "test split" not in captured.out  # nothing was trained and thrown away
+    assert_unchanged(before, snapshot(world["root"], unwritable))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="permission bits do not stop root")
+def test_json_into_a_folder_without_write_permission_is_refused(world, capsys, tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        code = main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(),
+                     "--json", str(folder / "results.json")])
+    finally:
+        folder.chmod(0o755)
+    captured = capsys.readouterr()
+    assert code == 2
+    assert_one_clear_error(captured.err, [f"--json {folder}/results.json", "cannot be written"])
+    assert "test split" not in captured.out
+
+
+def test_an_atomic_write_that_fails_names_your_file_not_its_temporary_one(unwritable):
+    target = unwritable / "results.json"
+    with pytest.raises(PermissionError) as caught:
+        atomic_write_json(target, {"a": 1})
+    assert caught.value.filename == str(target)
+    assert list(unwritable.iterdir()) == []
+
+
+def test_a_legal_250_character_out_is_written(world, tmp_path, capsys):
+    shards, hf = tmp_path / LEGAL, tmp_path / ("h" * 250)
+    assert main(["prepare", "--corpus", world["corpus"], "--out", str(shards), "--vocab-size",
+                 "300", "--max-seq-len", "64"]) == 0, capsys.readouterr().err
+    assert (shards / "train" / "meta.json").is_file()
+    assert main(["export-hf", world["run"], str(hf)]) == 0, capsys.readouterr().err
+    # What a killed writer of that export left is still found by its shortened name, and swept.
+    from bertlab.util import _owner, staging_stem
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = _owner().split("-")[0]
+    stale = tmp_path / f".{staging_stem(hf.name)}.{host}-{dead.pid}.1a2b3c4d.tmp"
+    stale.mkdir()
+    assert main(["export-hf", world["run"], str(hf), "--overwrite"]) == 0
+    assert load_hf(hf).config.vocab_size == 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LEGAL, "h" * 250])
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["plain", "overwrite"])
+def test_an_export_into_a_folder_holding_only_your_readme_keeps_it(world, tmp_path, capsys,
+                                                                   overwrite):
+    out = tmp_path / "my-model"
+    out.mkdir()
+    (out / "README.md").write_text("# My model\n\nNotes of mine.\n", encoding="utf-8")
+    readme = snapshot(out / "README.md")
+    assert main(["export-hf", world["run"], str(out), *overwrite]) == 0, capsys.readouterr().err
+    assert "your README.md there is kept" in capsys.readouterr().out
+    assert snapshot(out / "README.md") == readme
+    assert load_hf(out).config.vocab_size == 300
+
+
+# ---------------------------------------------------------------------------------------------
+# kill -9 and SIGTERM while finetune trains, with an earlier --json in place
+
+# The real CLI, which says when its first method starts training (stdout is a pipe).
+_SAYS_WHEN_IT_TRAINS = """
+import sys
+import bertlab.finetune as finetune
+train = finetune.finetune_classifier
+def told(*args, **kwargs):
+    print("training", flush=True)
+    return train(*args, **kwargs)
+finetune.finetune_classifier = told
+from bertlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_a_kill_during_finetune_keeps_the_old_results_and_the_rerun_works(world, tmp_path, sig):
+    results = tmp_path / "results.json"
+    results.write_bytes(Path(world["root"], "results.json").read_bytes())
+    argv = ["finetune", world["run"], "--task", world["rows"], "--methods", "fine-tuned",
+            "--epochs", "2", "--batch-size", "8", "--max-seq-len", "64", "--device", "cpu",
+            "--json", str(results)]
+    before = snapshot(world["root"], tmp_path)
+    process = subprocess.Popen([sys.executable, "-c", _SAYS_WHEN_IT_TRAINS, *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert process.stdout.readline() == "training\n", process.stderr.read()
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=120)
+    if sig == signal.SIGTERM:
+        assert process.returncode == 143, err
+        assert "stopped by SIGTERM" in err and "Traceback" not in err
+    else:
+        assert process.returncode == -signal.SIGKILL
+    assert_unchanged(before, snapshot(world["root"], tmp_path))  # no half file, no leftover
+    done = subprocess.run([sys.executable, "-m", "bertlab", *argv], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    written = json.loads(results.read_text(encoding="utf-8"))
+    assert [r["method"] for r in written["results"]] == ["fine-tuned"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
