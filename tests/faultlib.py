@@ -5,7 +5,32 @@ and what a refusal printed. Test modules import it as `faultlib` (pytest puts te
 from __future__ import annotations
 
 import hashlib
+import shlex
 from pathlib import Path
+
+from bertlab.corpus import load_corpus
+
+# A model small enough that a command wrongly accepted finishes in seconds, not an hour.
+SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
+         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
+         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
+TINY = ["--max-steps", "2", *SMALL]  # a 2-step pretrain
+
+
+def corpus_folder(folder: Path, count: int = 40) -> Path:
+    """Return `folder`, made and holding the first `count` BBC articles as .txt files."""
+    folder.mkdir()
+    for i, doc in enumerate(load_corpus("bbc")[:count]):
+        (folder / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    return folder
+
+
+def expand(command: str, world: dict[str, str]) -> list[str]:
+    """Split `command` like a shell; `{name}` is a path of `world`, `TINY` a 2-step pretrain."""
+    argv: list[str] = []
+    for token in shlex.split(command):
+        argv += TINY if token == "TINY" else [token.format(**world)]
+    return argv
 
 
 def snapshot(*roots: str | Path) -> dict[str, object]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+from faultlib import SMALL, TINY, assert_one_clear_error, assert_unchanged, corpus_folder, snapshot
 
 import bertlab
 from bertlab.checkpoint import list_checkpoints, load_run
@@ -30,10 +30,6 @@ from bertlab.corpus import load_corpus
 
 REPO = Path(bertlab.__file__).resolve().parents[1]  # the checkout whose code is under test
 TWINS = REPO / "benchmarks" / "twins.py"
-SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
-         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
-TINY = ["--max-steps", "2", *SMALL]
 # A run as a process: a line per step, a checkpoint every 2 steps.
 PROCESS = [*SMALL, "--threads", "1", "--log-interval", "1", "--eval-interval", "1000",
            "--checkpoint-interval", "2", "--keep-checkpoints", "3"]
@@ -70,10 +66,7 @@ def _in_private_tmpfs(script: str, tmp_path: Path, timeout: int = 300) -> str:
 def world(tmp_path_factory) -> dict[str, Path]:
     """A corpus folder and a run trained with TensorBoard event files."""
     root = tmp_path_factory.mktemp("disk")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for i, doc in enumerate(load_corpus("bbc")[:40]):
-        (corpus / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    corpus = corpus_folder(root / "corpus")
     paths = {"root": root, "corpus": corpus, "run": root / "run", "tb": root / "tb" / "run"}
     if find_spec("tensorboard") is not None:
         assert main(["pretrain", "--corpus", str(corpus), "--out", str(paths["run"]),

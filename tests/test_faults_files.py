@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+from faultlib import SMALL, assert_one_clear_error, assert_unchanged, snapshot
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from bertlab.cli import main
@@ -29,9 +29,6 @@ from bertlab.document import split_of
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
-         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
 PREPARE = ["--vocab-size", "300", "--max-seq-len", "64"]
 TOPICS = ("business", "sport", "tech")
 

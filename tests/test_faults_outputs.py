@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+from faultlib import TINY, assert_one_clear_error, assert_unchanged, corpus_folder, expand, snapshot
 
 from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main
@@ -25,10 +24,6 @@ from bertlab.corpus import load_corpus
 from bertlab.hf import load_hf
 from bertlab.util import atomic_write_json
 
-SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
-         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
-TINY = ["--max-steps", "2", *SMALL]
 LONG = "n" * 300  # one name longer than the 255 bytes a file system takes
 LEGAL = "r" * 250  # a legal name, too long only for a staging name built by appending to it
 # A finetune that is quick, even when it is wrongly accepted.
@@ -43,10 +38,7 @@ def world(tmp_path_factory) -> dict[str, str]:
     a task of rows, a link to it and the results of an earlier finetune."""
     root = tmp_path_factory.mktemp("outputs")
     docs = load_corpus("bbc")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for i, doc in enumerate(docs[:40]):
-        (corpus / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    corpus = corpus_folder(root / "corpus")
     run, shards, hf = root / "run", root / "shards", root / "hf"
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), *TINY]) == 0
     assert main(["prepare", "--corpus", str(corpus), "--out", str(shards), "--vocab-size", "300",
@@ -63,13 +55,6 @@ def world(tmp_path_factory) -> dict[str, str]:
     return {"root": str(root), "corpus": str(corpus), "run": str(run), "shards": str(shards),
             "hf": str(hf), "ckpt": str(latest_checkpoint(run)), "rows": str(rows),
             "link": str(root / "link.jsonl"), "long": LONG}
-
-
-def expand(command: str, world: dict[str, str]) -> list[str]:
-    argv = []
-    for token in shlex.split(command):
-        argv += TINY if token == "TINY" else [token.format(**world)]
-    return argv
 
 
 ROWS = [

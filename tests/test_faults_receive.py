@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultlib import assert_unchanged, snapshot
+from faultlib import SMALL, assert_unchanged, snapshot
 from test_gpu_session import RECORD, _archive, _run
 
 import bertlab
@@ -33,9 +33,6 @@ from bertlab.hf import load_hf
 
 # The tools folder beside the bertlab that is imported (the old code's, under PYTHONPATH).
 TOOLS = Path(bertlab.__file__).resolve().parents[1] / "tools"
-TINY = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-        "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
-        "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 NEWEST = "step-00000004"  # what a run still writing saves while export-hf or fill-mask reads
@@ -226,7 +223,7 @@ def rotating(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("rotating")
     run = root / "run"
     assert main(["pretrain", "--corpus", "bbc", "--out", str(run), "--max-steps", "6",
-                 "--checkpoint-interval", "1", "--keep-checkpoints", "6", *TINY]) == 0
+                 "--checkpoint-interval", "1", "--keep-checkpoints", "6", *SMALL]) == 0
     os.replace(run / "checkpoints" / NEWEST, root / NEWEST)
     for step in (1, 5, 6):
         shutil.rmtree(run / "checkpoints" / f"step-{step:08d}")

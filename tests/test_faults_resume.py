@@ -10,7 +10,6 @@ Each refusal below runs the real CLI in-process and checks that nothing on disk 
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,15 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+from faultlib import (
+    SMALL,
+    TINY,
+    assert_one_clear_error,
+    assert_unchanged,
+    corpus_folder,
+    expand,
+    snapshot,
+)
 
 from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main
@@ -31,11 +38,6 @@ from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import evaluate, pretrain
 from bertlab.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
-SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
-         "--intermediate-size", "64", "--batch-size", "8", "--eval-interval", "3",
-         "--eval-batches", "1", "--no-progress", "--log-interval", "0", "--device", "cpu"]
-TINY = ["--max-steps", "2", *SMALL]
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -45,10 +47,7 @@ def world(tmp_path_factory) -> dict[str, str]:
     saved as the run's, a corpus whose validation article was replaced."""
     root = tmp_path_factory.mktemp("resume")
     docs = load_corpus("bbc")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for i, doc in enumerate(docs[:40]):
-        (corpus / f"doc{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    corpus = corpus_folder(root / "corpus")
     run = root / "run"
     assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), *TINY]) == 0
     paths = {"root": root, "corpus": corpus, "run": run}
@@ -71,8 +70,7 @@ def world(tmp_path_factory) -> dict[str, str]:
 
 def _refused(world: dict[str, str], command: str, fragments: list[str], capsys,
              inputs: tuple[str, ...] = ("corpus", "run")) -> None:
-    argv = [t for token in shlex.split(command)
-            for t in (TINY if token == "TINY" else [token.format(**world)])]
+    argv = expand(command, world)
     watched = [world[name] for name in inputs] + [f"{world['root']}/new"]
     before = snapshot(*watched)
     capsys.readouterr()
