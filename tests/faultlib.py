@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from bertlab.corpus import load_corpus
@@ -67,3 +70,13 @@ def assert_one_clear_error(err: str, fragments: list[str]) -> None:
     assert len(errors) == 1, err
     for fragment in fragments:
         assert fragment in errors[0], f"{fragment!r} not in {errors[0]!r}"
+
+
+def private_tmpfs_works() -> str | None:
+    """Return None where a test may mount a small private tmpfs (a real full disk), else why not."""
+    if sys.platform != "linux" or shutil.which("unshare") is None:
+        return "needs Linux and unshare(1)"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d"],
+                           capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"cannot mount a private tmpfs: {probe.stderr}"

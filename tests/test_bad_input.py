@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from faultlib import assert_one_clear_error, assert_unchanged, snapshot
+from faultlib import assert_one_clear_error, assert_unchanged, private_tmpfs_works, snapshot
 
 import bertlab.checkpoint as checkpoint_mod
 import bertlab.pretraining as pretraining_mod
@@ -819,17 +819,8 @@ def test_two_runs_on_one_folder_do_not_destroy_each_other(world, tmp_path):
     assert len(_assert_every_checkpoint_loads(out)) == 1  # its Ctrl-C checkpoint
 
 
-def _private_tmpfs_works() -> str | None:
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return "needs Linux and unshare(1)"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                            "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d"],
-                           capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"cannot mount a private tmpfs: {probe.stderr}"
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_private_tmpfs_works() is not None, reason=str(_private_tmpfs_works()))
+@pytest.mark.skipif(private_tmpfs_works() is not None, reason=str(private_tmpfs_works()))
 def test_a_full_disk_during_a_checkpoint_keeps_the_last_one_and_says_so(world, tmp_path):
     # A small tmpfs in a private mount namespace (only this test's processes see it): a first
     # run saves two checkpoints, the disk is then filled up to half a checkpoint, and the

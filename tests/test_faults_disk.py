@@ -21,7 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import SMALL, TINY, assert_one_clear_error, assert_unchanged, corpus_folder, snapshot
+from faultlib import (
+    SMALL,
+    TINY,
+    assert_one_clear_error,
+    assert_unchanged,
+    corpus_folder,
+    private_tmpfs_works,
+    snapshot,
+)
 
 import bertlab
 from bertlab.checkpoint import list_checkpoints, load_run
@@ -39,17 +47,8 @@ needs_tensorboard = pytest.mark.skipif(find_spec("tensorboard") is None,
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _private_tmpfs_works() -> str | None:
-    if sys.platform != "linux" or shutil.which("unshare") is None:
-        return "needs Linux and unshare(1)"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                            "d=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs $d"],
-                           capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"cannot mount a private tmpfs: {probe.stderr}"
-
-
-needs_tmpfs = pytest.mark.skipif(_private_tmpfs_works() is not None,
-                                 reason=str(_private_tmpfs_works()))
+needs_tmpfs = pytest.mark.skipif(private_tmpfs_works() is not None,
+                                 reason=str(private_tmpfs_works()))
 
 
 def _in_private_tmpfs(script: str, tmp_path: Path, timeout: int = 300) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from faultlib import SMALL, assert_unchanged, snapshot
-from test_gpu_session import RECORD, _archive, _run
+from test_gpu_session import RECORD, came_back_folder
 
 import bertlab
 from bertlab import checkpoint as ck
@@ -48,14 +48,7 @@ def _gpu_session():
 
 @pytest.fixture
 def came_back(tmp_path) -> Path:
-    """What a full call sent back: a record, two run archives and the logs."""
-    folder = tmp_path / "came-back"
-    folder.mkdir()
-    (folder / "gpu_throughput.json").write_text(json.dumps(RECORD))
-    _archive(folder / "mlm-seed0.tgz", _run("mlm-seed0"))
-    _archive(folder / "mlm-nsp-seed0.tgz", _run("mlm+nsp-seed0"))
-    _archive(folder / "twins-logs.tgz", {"train.json": b"{}", "twins.log": b"log\n"})
-    return folder
+    return came_back_folder(tmp_path)
 
 
 def _receive(came_back: Path, runs: Path, results: Path, capsys) -> tuple[int, str]:

@@ -135,6 +135,11 @@ def _run(name: str) -> dict[str, bytes]:
 
 @pytest.fixture
 def came_back(tmp_path) -> Path:
+    return came_back_folder(tmp_path)
+
+
+def came_back_folder(tmp_path: Path) -> Path:
+    """Return what a full call sent back: a record, two run archives and the logs."""
     folder = tmp_path / "came-back"
     folder.mkdir()
     (folder / "gpu_throughput.json").write_text(json.dumps(RECORD))
