@@ -338,11 +338,17 @@ _VANISH_CHECKS, _VANISH_WAIT_S = 10, 0.05
 
 def remove_checkpoint(path: Path) -> None:
     """Delete an old checkpoint so that a reader never sees it half deleted: it is renamed to
-    a hidden staging name first (one step), then deleted there; if this process dies in
-    between, the next save sweeps the leftover (`atomic_write_folder`'s sweep_stale)."""
-    aside = path.parent / f".{path.name}.{os.getpid()}.removed{STAGING_SUFFIX}"
+    a hidden name first (one step), then deleted there. The caller holds the run folder's lock,
+    so any such hidden folder left beside it came from a writer that died in between: it goes
+    too."""
+    for left in path.parent.glob(f".*{_REMOVED}"):
+        shutil.rmtree(left, ignore_errors=True)
+    aside = path.parent / f".{path.name}.{os.getpid()}{_REMOVED}"
     os.replace(path, aside)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+_REMOVED = f".removed{STAGING_SUFFIX}"  # the end of a checkpoint folder's name while it is deleted
 
 
 def read_newest(run_dir: str | Path, read: Callable[[Path], T]) -> tuple[Path, T]:

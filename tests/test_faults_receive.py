@@ -301,3 +301,17 @@ def test_fill_mask_beside_a_rotating_run_reads_the_newest_left(rotating, tmp_pat
     assert code == 0, captured.err
     assert "[MASK] #1:" in captured.out
     assert "corrupt" not in captured.err and "no checkpoint" not in captured.err, captured.err
+
+
+def test_a_checkpoint_removal_cut_short_is_swept_by_the_next_one(tmp_path):
+    """kill -9 between the rename and the delete leaves a hidden folder; the lock holder's next
+    rotation removes it, and never touches a real checkpoint."""
+    checkpoints = tmp_path / "checkpoints"
+    for name in ("step-00000002", "step-00000004", "step-00000006"):
+        (checkpoints / name).mkdir(parents=True)
+        (checkpoints / name / "state.json").write_text("{}")
+    left = checkpoints / ".step-00000000.12345.removed.tmp"  # a dead writer's
+    left.mkdir()
+    (left / "model.safetensors").write_bytes(b"half deleted")
+    ck.remove_checkpoint(checkpoints / "step-00000002")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-00000004", "step-00000006"]
