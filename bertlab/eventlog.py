@@ -169,8 +169,8 @@ class EventLog:
             raise OSError(errno.ENOSPC if full else (exc.errno or errno.EIO),
                           f"{problem} while writing the TensorBoard event files in "
                           f"{self.folder} (--tensorboard); the event files written before are "
-                          f"kept. Free some space there (or pass another --tensorboard "
-                          f"folder), {self.advice()}") from None
+                          f"kept. {'Free some space there' if full else 'Make it writable'} "
+                          f"(or pass another --tensorboard folder), {self.advice()}") from None
 
     def row(self, row: dict[str, Any]) -> None:
         """Write every number of a history row at its step, and flush."""
