@@ -53,7 +53,7 @@ from bertlab.course.grid import (
     config_key,
     group_baseline,
 )
-from bertlab.util import atomic_write_json
+from bertlab.engine.files import atomic_write_json
 
 DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
 VERDICT_METRICS = ("mask_accuracy", "mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",

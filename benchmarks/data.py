@@ -40,7 +40,7 @@ from pathlib import Path
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 import bertlab as bl
-from bertlab.nsp import TokenizedCorpus, create_nsp_examples, nsp_stats, tokenize_corpus
+from bertlab.pairs import TokenizedCorpus, create_nsp_examples, nsp_stats, tokenize_corpus
 from bertlab.tokenizer import save_tokenizer
 
 RESULTS = Path(__file__).parent / "results"
@@ -139,10 +139,10 @@ def write_long_line(path: Path, english: list[list[str]], seed: int = 0) -> int:
 CHILD = r"""
 import json, resource, sys, time
 import bertlab as bl
-from bertlab.document import split_documents
-from bertlab.nsp import create_nsp_examples
-from bertlab.shards import PrepareOptions, prepare_shards
-from bertlab.streaming import StreamOptions
+from bertlab.corpus import split_documents
+from bertlab.pairs import create_nsp_examples
+from bertlab.engine.shards import PrepareOptions, prepare_shards
+from bertlab.engine.streaming import StreamOptions
 from bertlab.tokenizer import load_tokenizer
 mode, corpus, tok_path, out, splits = sys.argv[1:6]
 splits = None if splits == "all" else tuple(splits.split(","))

@@ -32,9 +32,17 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.downstream import ProbeConfig, cls_features, linear_probe, load_task
-from bertlab.finetune import FinetuneConfig, compare_downstream, format_table, summarize
-from bertlab.loading import load_model
+from bertlab.engine.loading import load_model
+from bertlab.finetune import (
+    FinetuneConfig,
+    ProbeConfig,
+    cls_features,
+    compare_downstream,
+    format_table,
+    linear_probe,
+    load_task,
+    summarize,
+)
 from bertlab.model import BertForPreTraining
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,8 +41,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFas
 
 import bertlab as bl
 from bertlab.data import PretrainingCollator
-from bertlab.draws import example_seed
-from bertlab.masking import mask_tokens
+from bertlab.masking import example_seed, mask_tokens
 from bertlab.tokenizer import encode_sentences
 
 BATCH, MAX_LEN = 64, 128

@@ -40,11 +40,11 @@ def worker(preset: str, threads: int | None, steps: int) -> dict:
     """Train the demo's first `steps` steps of `preset` with `threads`; return the timing."""
     import torch
 
-    from bertlab.corpus import load_corpus
     from bertlab.data import LoaderOptions, pretraining_loader
+    from bertlab.engine.readers import load_corpus
+    from bertlab.engine.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
     from bertlab.model import BertForPreTraining
     from bertlab.pretraining import pretrain
-    from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
     from bertlab.tokenizer import train_tokenizer
 
     if threads is not None:

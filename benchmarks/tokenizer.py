@@ -28,8 +28,13 @@ from pathlib import Path
 from tokenizers import trainers
 
 import bertlab as bl
-from bertlab.tokenizer import encode_sentences, vocab_digest
-from bertlab.wordpiece import SPECIAL_TOKENS, build_untrained_tokenizer, iter_texts
+from bertlab.tokenizer import (
+    SPECIAL_TOKENS,
+    build_untrained_tokenizer,
+    encode_sentences,
+    iter_texts,
+    vocab_digest,
+)
 
 GOAL_SECONDS = 10.0
 

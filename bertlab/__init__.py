@@ -6,16 +6,20 @@ its module (`from bertlab.masking import Decision`); each module is one concept,
 notebooks teach them. Importing bertlab never trains, downloads, prints or plots.
 """
 
-from bertlab.classifier import BertForSequenceClassification
-from bertlab.corpus import load_corpus
 from bertlab.data import pretraining_loader
-from bertlab.downstream import linear_probe
-from bertlab.finetune import FinetuneConfig, compare_downstream, finetune_classifier, format_table
+from bertlab.engine.loading import load_model
+from bertlab.engine.readers import load_corpus
+from bertlab.finetune import (
+    FinetuneConfig,
+    compare_downstream,
+    finetune_classifier,
+    format_table,
+    linear_probe,
+)
 from bertlab.hf import load_hf, save_hf
-from bertlab.loading import load_model
 from bertlab.masking import IGNORE_INDEX, mask_tokens
-from bertlab.model import BertConfig, BertForPreTraining, BertModel
-from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
+from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples
 from bertlab.pretraining import evaluate, fill_mask, pretrain
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig

@@ -23,42 +23,49 @@ from typing import Any
 
 import torch
 
-from bertlab.card import model_card, run_facts
-from bertlab.checkpoint import list_checkpoints, load_run_checkpoint, read_run_json
 from bertlab.config import cpu_threads
-from bertlab.corpus import load_corpus
+from bertlab.corpus import split_documents
 from bertlab.course.demo import check_demo_folder, format_guesses, history_table, run_demo
 from bertlab.course.doctor import load_note, run_doctor
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.device import (
+from bertlab.engine.card import model_card, run_facts
+from bertlab.engine.checkpoint import list_checkpoints, load_run_checkpoint, read_run_json
+from bertlab.engine.device import (
     close_distributed,
     init_distributed,
     rank_world,
     resolve_device,
     resolve_precision,
 )
-from bertlab.document import split_documents
-from bertlab.errors import BadInput, run_reporting
-from bertlab.eventlog import check_event_folder
-from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
-from bertlab.hf import holds_only_users_readme, is_users_readme, save_hf
-from bertlab.loading import check_model_folder, load_model
-from bertlab.masking import MaskingConfig
-from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.objectives import INPUTS, SINGLE, check_objectives, pairs_of
-from bertlab.outputs import check_output
-from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
-from bertlab.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
-from bertlab.records import BAD_ROW_CHOICES
-from bertlab.resume import check_run_folder, hold_run_folder, interrupt_on_sigterm
-from bertlab.shards import (
+from bertlab.engine.eventlog import check_event_folder
+from bertlab.engine.files import (
+    atomic_write_json,
+    folder_kind,
+    in_use_error,
+    lock_holder,
+    writing_into,
+)
+from bertlab.engine.loading import check_model_folder, load_model
+from bertlab.engine.outputs import check_output
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import DEMO_STEPS, RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
+from bertlab.engine.records import BAD_ROW_CHOICES
+from bertlab.engine.resume import check_run_folder, hold_run_folder, interrupt_on_sigterm
+from bertlab.engine.shards import (
     PrepareOptions,
     prepare_command,
     shard_folder,
     shard_pair_length,
     shard_segments,
 )
-from bertlab.streaming import StreamOptions
+from bertlab.engine.streaming import StreamOptions
+from bertlab.errors import BadInput, flag_of, run_reporting
+from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
+from bertlab.hf import holds_only_users_readme, is_users_readme, save_hf
+from bertlab.masking import MaskingConfig
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pairs import INPUTS, SINGLE, check_objectives, pairs_of
+from bertlab.pretraining import check_pretraining_loaders, fill_mask, pretrain
 from bertlab.tokenizer import (
     check_same_vocabulary,
     check_tokenizer_fits,
@@ -67,14 +74,6 @@ from bertlab.tokenizer import (
     train_tokenizer,
 )
 from bertlab.train import TrainConfig, TrainResult
-from bertlab.util import (
-    atomic_write_json,
-    flag_of,
-    folder_kind,
-    in_use_error,
-    lock_holder,
-    writing_into,
-)
 
 # Model settings that a user may override on top of a preset (vocab size comes from the tokenizer).
 _MODEL_FLAGS = ("hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -529,7 +528,7 @@ class _PretrainSettings:
     max_seq_len: int
     mlm_probability: float
     objectives: tuple[str, ...]
-    pairs: str  # how examples are built: nsp, sop or single (bertlab.objectives.pairs_of)
+    pairs: str  # how examples are built: nsp, sop or single (bertlab.pairs.pairs_of)
     model: dict[str, Any]  # BertConfig settings over --preset's (the vocabulary comes later)
 
 

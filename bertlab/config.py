@@ -13,9 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bertlab.errors import BadInput
-from bertlab.eventlog import INSTALL, check_tensorboard
-from bertlab.util import check_number, flag_of
+from bertlab.engine.eventlog import INSTALL, check_tensorboard
+from bertlab.errors import BadInput, check_number, flag_of
 
 # torch's CPU threads per model preset, chosen once by measurement (benchmarks/threads.py,
 # benchmarks/results/threads.json) and never measured at run time, so that a run's speed does not
@@ -74,7 +73,7 @@ class TrainConfig:
     betas: tuple[float, float] = _setting((0.9, 0.999), "AdamW betas")
     eps: float = _setting(1e-6, "AdamW epsilon")
     optimizer: str = _setting("adamw", "adamw, or muon: Muon on the encoder layers' matrices, "
-                                        "AdamW on the rest (bertlab.optim)")
+                                        "AdamW on the rest (bertlab.train)")
     muon_lr: float = _setting(0.02, "Muon's peak learning rate (optimizer=muon)")
     grad_clip: float | None = _setting(1.0, "max global gradient norm (None: no clipping)")
     eval_interval: int | None = _setting(100, "steps between evaluations (also at step 0 and the "

@@ -32,25 +32,30 @@ import torch.distributed as dist
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from bertlab.document import SPLITS, Document, split_documents
-from bertlab.draws import example_seed
-from bertlab.example import Example, segment_ids
-from bertlab.masking import (
-    BERT_MASKING,
-    MaskingConfig,
-    continuing_prefix,
-    mask_tokens,
-    wordpiece_word_ids,
-)
-from bertlab.nsp import pair_draw_seed, tokenize_corpus
-from bertlab.objectives import SINGLE, pair_builder
-from bertlab.shards import (
+from bertlab.corpus import SPLITS, Document, split_documents
+from bertlab.engine.shards import (
     ShardExamples,
     check_pair_draws,
     hash_listing,
     pair_draws_in,
     shard_folder,
     shard_segments,
+)
+from bertlab.masking import (
+    BERT_MASKING,
+    MaskingConfig,
+    continuing_prefix,
+    example_seed,
+    mask_tokens,
+    wordpiece_word_ids,
+)
+from bertlab.pairs import (
+    SINGLE,
+    Example,
+    pair_builder,
+    pair_draw_seed,
+    segment_ids,
+    tokenize_corpus,
 )
 from bertlab.tokenizer import SpecialIds, special_ids, vocab_digest
 
@@ -247,7 +252,7 @@ class PretrainingCollator:
     batch) and `word_ids` (-1 or None at specials) are optional. An item without the
     `row_seed` that `NspDataset` gives needs an `index` (its row number): its mask then comes
     from (`seed`, epoch, index), as in `NspDataset`, whatever batch or worker it lands in;
-    `set_epoch` moves the epoch on (`bertlab.hf_trainer.mask_epoch_callback` does it per
+    `set_epoch` moves the epoch on (`bertlab.hf.mask_epoch_callback` does it per
     Trainer epoch).
 
     Taught in notebooks/08_chinese_bert.ipynb.
@@ -542,11 +547,11 @@ class EpochLoader(DataLoader):
 @dataclass(frozen=True)
 class LoaderOptions:
     """Every setting of `pretraining_loader` but the data, the split and the seed, with its
-    default. `bertlab.recipes.Recipe.loader_options()` gives a recipe's; change a few with
+    default. `bertlab.engine.recipes.Recipe.loader_options()` gives a recipe's; change a few with
     `dataclasses.replace(options, batch_size=8)`.
 
     The examples built from Documents: `max_seq_len`, `pairs` ("nsp", "sop" or "single",
-    `bertlab.objectives`), `short_seq_prob`, `balance` (as `create_nsp_examples`) and
+    `bertlab.pairs`), `short_seq_prob`, `balance` (as `create_nsp_examples`) and
     `pair_draws` (K cuts of the corpus into pairs, epoch e trains on draw e % K; None: one, or
     every draw a shard folder holds). The masks: `masking` (a `MaskingConfig`, BERT's by
     default), `mask_schedule` ("dynamic": a new mask each epoch; "static": epoch e uses mask
@@ -597,7 +602,7 @@ def pretraining_loader(
     (`LoaderOptions`, its defaults when None) holds every other setting: `options.pairs` says
     how examples are built from Documents: "nsp" (B follows A, or comes from another
     document), "sop" (A and B back to back, swapped half the time) or "single" ([CLS] text
-    [SEP] with no pair label, for masked LM alone: `bertlab.single`). A shard folder holds NSP
+    [SEP] with no pair label, for masked LM alone: `bertlab.pairs`). A shard folder holds NSP
     pairs, or single segments (`prepare --segments single`) that `pairs="single"` reads; any
     other `pairs` for what it holds is refused. `word_ids`: with given examples, one word-id
     list per example (`bertlab.zh.nsp_word_ids`), so `whole_word=True` masks those words (the
@@ -672,7 +677,7 @@ def _grouped_batches(dataset: NspDataset, options: LoaderOptions,
     if options.sampler == "distributed":
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("sampler='distributed' needs the process group torchrun starts "
-                             "(bertlab.device.init_distributed); leave it out on one process")
+                             "(bertlab.engine.device.init_distributed); leave it out on one process")
         rank, world = dist.get_rank(), dist.get_world_size()
     return LengthGroupedBatchSampler(dataset, options.batch_size, seed=seed,
                                      group_batches=options.group_by_length, world=world,
@@ -747,7 +752,7 @@ def _examples(
             )
         return _built_examples(chosen, tokenizer, options, seed)
     kind = type(items[0]).__name__ if items else "nothing"
-    raise ValueError(f"pretraining_loader takes Documents, Examples (bertlab.example) or a "
+    raise ValueError(f"pretraining_loader takes Documents, Examples (bertlab.pairs) or a "
                      f"shard folder; got {kind}")
 
 

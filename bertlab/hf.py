@@ -10,6 +10,7 @@ Taught in notebooks/04_encoder.ipynb
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import re
 import warnings
@@ -21,10 +22,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from bertlab.classifier import BertForSequenceClassification
-from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
-from bertlab.util import (
+from bertlab.data import PretrainingCollator
+from bertlab.engine.files import (
     LOCK_NAME,
     atomic_write_folder,
     check_output_folder,
@@ -32,6 +31,8 @@ from bertlab.util import (
     folder_kind,
     keep_entry,
 )
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
 
 # Our name -> transformers name, for everything but the fused attention projection (below).
 _EMBEDDINGS = {
@@ -80,7 +81,7 @@ _REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_
                          "intermediate_size")
 _FLOAT_CONFIG_FIELDS = ("hidden_dropout", "attention_dropout", "layer_norm_eps",
                         "initializer_range")
-# The line that marks a README.md as a model card bertlab wrote (`bertlab.card`): an export
+# The line that marks a README.md as a model card bertlab wrote (`bertlab.engine.card`): an export
 # replaces such a card, and keeps any other README.md, a user's own, untouched.
 CARD_MARK = ("<!-- This model card was written by bertlab; a new export replaces it. Delete this "
              "line to keep your edits. -->")
@@ -332,7 +333,7 @@ def save_hf(
 ) -> Path:
     """Return `out_dir` after writing a Hugging Face folder there: config.json,
     model.safetensors, (unless `tokenizer` is None) the tokenizer files and (with `card`, the
-    text of a model card from `bertlab.card`) README.md.
+    text of a model card from `bertlab.engine.card`) README.md.
 
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
     a crash never leaves half a model. An existing export there is replaced, and the files in it
@@ -531,3 +532,77 @@ def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
     raise ModelFolderMissingError(f"'{folder}' has neither tokenizer.json nor vocab.txt; export "
                                   f"the model with its tokenizer (save_hf(model, tokenizer, "
                                   f"folder))")
+
+
+# --- from hf_trainer.py ---
+# bertlab's masking inside Hugging Face's `transformers.Trainer`.
+#
+# `PretrainingCollator` is the Trainer's `data_collator` as it is: rows of a `datasets.Dataset`
+# with `input_ids` (and optionally `token_type_ids`, `next_sentence_label`, `word_ids`) and an
+# `index` column become the batch dict `BertForMaskedLM` / `BertForPreTraining` take. Two
+# settings make the masks what bertlab promises (the same for an example whatever batch, worker
+# or process it lands in, a new one each epoch):
+#
+# - `TrainingArguments(remove_unused_columns=False)`: else the Trainer drops `index` and
+#   `word_ids`, which the model's forward does not name;
+# - `callbacks=[mask_epoch_callback(collator)]`: the Trainer never tells its collator the epoch,
+#   so without it every epoch gets epoch 0's masks (static masking).
+#
+# The Trainer's sampler orders the rows by its own seed, not bertlab's `EpochShuffleSampler`:
+# the masks of an example match a bertlab run with the same seed, the order of the batches does
+# not. Nothing here imports `transformers` until a callback is asked for.
+
+INSTALL = "pip install 'transformers>=4.40' accelerate"
+
+
+class TrainerMissingError(ValueError, ImportError):
+    """The Trainer's packages (`transformers`, `accelerate`) are not installed: a ValueError
+    like every refused setting, and an ImportError, so code that catches that keeps working."""
+
+
+def _trainer_callback_class() -> type:
+    """Return `transformers.TrainerCallback`, or raise TrainerMissingError naming the fix."""
+    missing = []
+    for name in ("transformers", "accelerate"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise TrainerMissingError(
+            f"mask_epoch_callback is for transformers.Trainer, which needs "
+            f"{' and '.join(missing)} (not installed); install with {INSTALL}, or train with "
+            f"bertlab.pretrain, which moves the masking epoch itself")
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+def mask_epoch_callback(collator: PretrainingCollator) -> Any:
+    """Return a `transformers.TrainerCallback` that gives `collator` the Trainer's epoch.
+
+    At each epoch's start, before the Trainer opens its DataLoader (and so before workers copy
+    the collator), it calls `collator.set_epoch(epoch)`: dynamic masking, a new mask per epoch.
+    Persistent workers keep the copy they made at the first epoch, so it refuses
+    `dataloader_persistent_workers=True` with workers.
+    """
+    if not isinstance(collator, PretrainingCollator):
+        raise ValueError(f"mask_epoch_callback: collator={type(collator).__name__}; pass the "
+                         f"bertlab.data.PretrainingCollator given to the Trainer as data_collator")
+    base = _trainer_callback_class()
+
+    class MaskEpochCallback(base):
+        """Moves bertlab's masking epoch on with the Trainer's."""
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if args.dataloader_num_workers > 0 and args.dataloader_persistent_workers:
+                raise ValueError(
+                    "mask_epoch_callback: dataloader_persistent_workers=True keeps the workers' "
+                    "first copy of the collator, so every epoch would reuse epoch 0's masks; "
+                    "set dataloader_persistent_workers=False (or dataloader_num_workers=0)")
+
+        def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # state.epoch is a float (epochs done so far); a resume may start mid-epoch.
+            collator.set_epoch(math.floor((state.epoch or 0) + 1e-9))
+
+    return MaskEpochCallback()

@@ -1,7 +1,7 @@
 """BERT pretraining on the training loop: the loss share, `pretrain`, and what the model learned.
 
 `pretrain` is `bertlab.train.train_loop` with a pretraining objective: masked LM, plus BERT's
-next-sentence prediction or ALBERT's sentence order (`bertlab.objectives`), from the loss sums
+next-sentence prediction or ALBERT's sentence order (`bertlab.pairs`), from the loss sums
 defined once in `bertlab.model`. `evaluate`
 gives the held-out metrics it logs, `unigram_baseline` the score of a model that learned no
 context, and `fill_mask` what the model guesses for the [MASK]s of a text.
@@ -21,14 +21,13 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab.config import check_train_config
-from bertlab.device import rank_world, resolve_compile, resolve_device
+from bertlab.engine.device import rank_world, resolve_compile, resolve_device
+from bertlab.engine.fast import FastPretraining, fast_inputs, target_share_bound
+from bertlab.engine.hooks import check_loader_batch
 from bertlab.errors import BadInput
-from bertlab.fast import FastPretraining, fast_inputs, target_share_bound
-from bertlab.hooks import check_loader_batch
-from bertlab.labels import IGNORE_INDEX
-from bertlab.masking import MaskingConfig
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertForPreTraining, loss_counts
-from bertlab.objectives import OBJECTIVES, SINGLE, check_objectives, pair_objective
+from bertlab.pairs import OBJECTIVES, SINGLE, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import (
     Batch,
@@ -59,7 +58,7 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float],
     the targets of the whole optimizer step (all micro-batches, all processes) makes the loss,
     and so the gradient, identical whether a global batch is seen at once, in `grad_accum`
     pieces or split over DDP processes; averaging per-piece means would weight a target by how
-    many others share its piece. `objectives` (`bertlab.objectives`): ("mlm", "nsp") is BERT's
+    many others share its piece. `objectives` (`bertlab.pairs`): ("mlm", "nsp") is BERT's
     loss; ("mlm",) is masked LM only (RoBERTa's choice, and the "MLM only" ablation): the model
     then gets no pair labels, so no gradient reaches the pooler or the pair head, and no loss
     reads the last layer's [CLS] vector; ("mlm", "sop") trains that head on sentence order.
@@ -81,7 +80,7 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float],
 class PretrainingObjective(Objective):
     """BERT's pretraining for the training loop: masked LM plus a pair objective, or alone.
 
-    The step runs `bertlab.fast.FastPretraining` over the model's weights (`module`), hands it
+    The step runs `bertlab.engine.fast.FastPretraining` over the model's weights (`module`), hands it
     batches prepared on the CPU (`inputs`: no mask when there is no padding; with `target_share`,
     a compiled model's fixed number of MLM rows; with `unpad`, the real tokens), divides each
     objective's summed loss by the step's counts (`counts`, `loss`) and scores held-out batches
@@ -101,7 +100,7 @@ class PretrainingObjective(Objective):
         return FastPretraining(model)
 
     def inputs(self, batch: Batch) -> Batch:
-        """Return the batch as the step hands it to the model (`bertlab.fast.fast_inputs`)."""
+        """Return the batch as the step hands it to the model (`bertlab.engine.fast.fast_inputs`)."""
         return fast_inputs(batch, self.target_share, self.unpad)
 
     def counts(self, batch: Batch) -> dict[str, float]:
@@ -240,7 +239,7 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
     bar moves with the targets: another validation set, length or number of batches has another
     most frequent target share). Then `nsp_loss` and `nsp_accuracy` (`sop_*` when the
     objectives train sentence order: the figures are named by the task), when the batches have pair
-    labels (single segments, `bertlab.single`, have none) and the pair head was trained: with
+    labels (single segments, `bertlab.pairs`, have none) and the pair head was trained: with
     `objectives` that hold no pair objective (masked LM alone) they are left out, since an
     untrained head scores chance and that is not a result. Sums run over every
     target, not per batch. The kinds need the [MASK] id: `mask_id`, or a bertlab loader's

@@ -30,10 +30,9 @@ import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.document import Document
-from bertlab.example import Example
+from bertlab.corpus import Document
 from bertlab.masking import IGNORE_INDEX
-from bertlab.nsp import TokenizedCorpus
+from bertlab.pairs import Example, TokenizedCorpus
 from bertlab.tokenizer import chinese_word_ids
 
 # --------------------------------------------------------------------------------------------

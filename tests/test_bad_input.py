@@ -23,12 +23,12 @@ import pytest
 import torch
 from faultlib import assert_one_clear_error, assert_unchanged, private_tmpfs_works, snapshot
 
-import bertlab.checkpoint as checkpoint_mod
+import bertlab.engine.checkpoint as checkpoint_mod
 import bertlab.pretraining as pretraining_mod
-from bertlab.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
 from bertlab.cli import COMMANDS, main
-from bertlab.corpus import load_corpus
-from bertlab.document import split_of
+from bertlab.corpus import split_of
+from bertlab.engine.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
+from bertlab.engine.readers import load_corpus
 from bertlab.hf import load_hf, save_hf
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
 
@@ -587,7 +587,7 @@ def test_a_start_that_diverges_before_its_first_checkpoint_leaves_out_as_it_was(
 
 
 def _hold_lock(folder: str) -> subprocess.Popen:
-    code = ("import sys, time\nfrom bertlab.util import FolderLock\n"
+    code = ("import sys, time\nfrom bertlab.engine.files import FolderLock\n"
             "with FolderLock(sys.argv[1], 'run folder'):\n"
             "    print('locked', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, folder], cwd=REPO,
@@ -843,7 +843,7 @@ PY
 {common} --out {disk}/run --max-steps 30 --resume > /dev/null 2> {tmp_path}/err.txt
 echo "second=$?"
 {sys.executable} -c "
-from bertlab.checkpoint import list_checkpoints, load_run
+from bertlab.engine.checkpoint import list_checkpoints, load_run
 for path in list_checkpoints('{disk}/run'):
     load_run('{disk}/run', checkpoint=path); print('loads', path.name)
 import os; print('entries', sorted(os.listdir('{disk}/run/checkpoints')))"
@@ -967,7 +967,7 @@ def test_a_full_disk_during_an_export_names_the_export_and_keeps_the_old_one(wor
 
 def test_a_full_disk_on_a_cache_file_names_the_file_and_keeps_the_old_one(tmp_path,
                                                                        monkeypatch):
-    import bertlab.util as util_mod
+    import bertlab.engine.files as util_mod
 
     target = tmp_path / "cache" / "wordpiece-abc.json"
     target.parent.mkdir()
@@ -990,7 +990,7 @@ def _dead_pid() -> int:
 
 
 def test_what_a_killed_writer_left_is_swept_on_the_next_write(world, tmp_path):
-    from bertlab.util import _owner, atomic_write_folder
+    from bertlab.engine.files import _owner, atomic_write_folder
 
     host = _owner().split("-")[0]
     target = tmp_path / "hf"
@@ -1033,7 +1033,7 @@ def test_a_pipe_or_fifo_as_corpus_is_refused_at_once_not_waited_on(tmp_path):
 
 
 def test_sigterm_during_prepare_says_so_and_leaves_nothing(world, tmp_path, capsys, monkeypatch):
-    import bertlab.shards as shards_mod
+    import bertlab.engine.shards as shards_mod
 
     real = shards_mod._ShardWriter.add
     calls = {"n": 0}

@@ -17,7 +17,7 @@ import torch
 
 from bertlab.course.gpu_records import gpu_curves, load_gpu_records, twins_lines
 from bertlab.course.twins import above_rule, arms_table, load_twins, mean_std, verdict
-from bertlab.loading import load_model
+from bertlab.engine.loading import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "twins.py"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertlab.card import manifest_facts, model_card
-from bertlab.checkpoint import latest_checkpoint, read_checkpoint_state
 from bertlab.cli import main
-from bertlab.corpus import load_corpus
+from bertlab.engine.card import manifest_facts, model_card
+from bertlab.engine.checkpoint import latest_checkpoint, read_checkpoint_state
+from bertlab.engine.readers import load_corpus
 from bertlab.hf import CARD_MARK
 from tests.test_cli import SMALL
 

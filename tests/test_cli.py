@@ -14,8 +14,8 @@ import pytest
 
 from bertlab import cli
 from bertlab.cli import _add_dataclass_flags, build_parser, main
-from bertlab.corpus import load_corpus
-from bertlab.recipes import recipe
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import recipe
 from bertlab.train import TrainConfig
 
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -320,7 +320,7 @@ def test_in_a_log_the_bar_becomes_plain_lines_and_no_progress_is_silent(corpus, 
                                                                        monkeypatch):
     # Output to a file, as `make demo > demo.log 2>&1` does: no bar of carriage returns, one
     # plain line per evaluation, and a progress line at most every LOG_EVERY_S (0 here: each step).
-    import bertlab.hooks as hooks_mod
+    import bertlab.engine.hooks as hooks_mod
 
     flags = [a for a in SMALL if a not in ("--no-progress", "--log-interval", "0")]
     log = tmp_path / "log.txt"

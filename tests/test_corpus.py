@@ -13,11 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertlab import textfiles
-from bertlab.corpus import CORPORA, corpus_stats, iter_corpus, load_corpus
-from bertlab.document import Document, split_documents, split_of
-from bertlab.sentences import split_sentences
-from bertlab.textfiles import MAX_DOC_CHARS, MAX_LINE_CHARS
+from bertlab.corpus import Document, split_documents, split_of, split_sentences
+from bertlab.engine import textfiles
+from bertlab.engine.readers import CORPORA, corpus_stats, iter_corpus, load_corpus
+from bertlab.engine.textfiles import MAX_DOC_CHARS, MAX_LINE_CHARS
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +394,7 @@ def test_bertlab_output_inside_a_corpus_folder_is_not_read_as_text(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Rows: JSON Lines, CSV, TSV, Parquet, iterables (bertlab.records)
+# Rows: JSON Lines, CSV, TSV, Parquet, iterables (bertlab.engine.records)
 
 # Three documents: a comma and quotes (CSV quoting), a paragraph break (a multi-line field).
 ROW_TEXTS = [
@@ -473,7 +472,7 @@ def test_doc_field_joins_consecutive_rows_and_refuses_a_key_that_comes_back(tmp_
 
 
 def test_a_long_document_of_rows_comes_in_parts_in_one_split(tmp_path, monkeypatch):
-    from bertlab import records
+    from bertlab.engine import records
     monkeypatch.setattr(records, "MAX_DOC_CHARS", 50)
     rows = [{"k": "book", "text": f"Sentence number {i} of the book."} for i in range(6)]
     docs = load_corpus(rows, doc_field="k")

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 import bertlab as bl
+from bertlab.corpus import split_documents
 from bertlab.data import (
     BATCH_KEYS,
     EpochLoader,
@@ -20,10 +21,8 @@ from bertlab.data import (
     ShardedEpochSampler,
     pretraining_loader,
 )
-from bertlab.document import split_documents
-from bertlab.draws import example_seed
-from bertlab.masking import IGNORE_INDEX, MaskingConfig
-from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples
+from bertlab.masking import IGNORE_INDEX, MaskingConfig, example_seed
+from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples
 from bertlab.tokenizer import special_ids
 
 
@@ -308,7 +307,7 @@ def test_loader_errors(setup):
         pretraining_loader(small, tok, split="dev")
     with pytest.raises(ValueError, match="sampler='ddp'"):
         pretraining_loader(examples, tok, split=None, options=LoaderOptions(sampler="ddp"))
-    with pytest.raises(ValueError, match=r"takes Documents, Examples \(bertlab.example\) or a "):
+    with pytest.raises(ValueError, match=r"takes Documents, Examples \(bertlab.pairs\) or a "):
         pretraining_loader([1, 2, 3], tok)
     with pytest.raises(ValueError, match="no 'test' documents"):
         pretraining_loader([d for d in small if d.split == "train"], tok, split="test")

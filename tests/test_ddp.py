@@ -15,11 +15,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from bertlab.corpus import load_corpus
 from bertlab.data import LoaderOptions, ShardedEpochSampler, pretraining_loader
-from bertlab.device import close_distributed
+from bertlab.engine.device import close_distributed
+from bertlab.engine.readers import load_corpus
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
+from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from bertlab.cli import build_parser, main
-from bertlab.corpus import load_corpus
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.eventlog import TensorBoardMissingError, scalar_tag
-from bertlab.nsp import create_nsp_examples
+from bertlab.engine.eventlog import TensorBoardMissingError, scalar_tag
+from bertlab.engine.readers import load_corpus
+from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig

@@ -32,9 +32,9 @@ from faultlib import (
 )
 
 import bertlab
-from bertlab.checkpoint import list_checkpoints, load_run
 from bertlab.cli import main
-from bertlab.corpus import load_corpus
+from bertlab.engine.checkpoint import list_checkpoints, load_run
+from bertlab.engine.readers import load_corpus
 
 REPO = Path(bertlab.__file__).resolve().parents[1]  # the checkout whose code is under test
 TWINS = REPO / "benchmarks" / "twins.py"
@@ -79,7 +79,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
 
 def test_a_short_write_in_prepare_is_a_full_disk_naming_the_folder(world, tmp_path, capsys,
                                                                    monkeypatch):
-    import bertlab.shards as shards_mod
+    import bertlab.engine.shards as shards_mod
 
     def short_write(path, array, *args, **kwargs):  # what np.save raises on a full disk
         raise OSError(f"{array.nbytes} requested and {array.nbytes // 2} written")

@@ -1,5 +1,5 @@
 """Outputs never overwrite inputs: every command that writes checks its output path first
-(`bertlab.outputs.check_output`), writes by atomic replace, and names the user's path.
+(`bertlab.engine.outputs.check_output`), writes by atomic replace, and names the user's path.
 
 The matrix runs the real CLI in-process; each row checks the one `error:` line and that nothing
 under the test's folder changed. The kill tests run the real CLI in a subprocess.
@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from faultlib import TINY, assert_one_clear_error, assert_unchanged, corpus_folder, expand, snapshot
 
-from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main
-from bertlab.corpus import load_corpus
+from bertlab.engine.checkpoint import latest_checkpoint
+from bertlab.engine.files import atomic_write_json
+from bertlab.engine.readers import load_corpus
 from bertlab.hf import load_hf
-from bertlab.util import atomic_write_json
 
 LONG = "n" * 300  # one name longer than the 255 bytes a file system takes
 LEGAL = "r" * 250  # a legal name, too long only for a staging name built by appending to it
@@ -170,7 +170,7 @@ def test_a_legal_250_character_out_is_written(world, tmp_path, capsys):
     assert (shards / "train" / "meta.json").is_file()
     assert main(["export-hf", world["run"], str(hf)]) == 0, capsys.readouterr().err
     # What a killed writer of that export left is still found by its shortened name, and swept.
-    from bertlab.util import _owner, staging_stem
+    from bertlab.engine.files import _owner, staging_stem
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -27,8 +27,8 @@ from faultlib import SMALL, assert_unchanged, snapshot
 from test_gpu_session import RECORD, came_back_folder
 
 import bertlab
-from bertlab import checkpoint as ck
 from bertlab.cli import main
+from bertlab.engine import checkpoint as ck
 from bertlab.hf import load_hf
 
 # The tools folder beside the bertlab that is imported (the old code's, under PYTHONPATH).
@@ -132,21 +132,21 @@ def test_receive_refuses_a_link_that_leads_under_a_file(came_back, tmp_path, cap
 
 def test_a_failure_after_unpacking_leaves_nothing_half_received(came_back, tmp_path, capsys,
                                                                 monkeypatch):
-    from bertlab import util
+    from bertlab.engine import files
     runs, results = tmp_path / "runs", tmp_path / "results"
     results.mkdir()
     (results / "gpu_throughput.json").write_text('{"device": "an earlier record"}')
     before = snapshot(tmp_path)
-    real = util.atomic_write_bytes
+    real = files.atomic_write_bytes
 
     def full(path, data):  # the disk fills up as the record is written, after the unpacking
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-    monkeypatch.setattr(util, "atomic_write_bytes", full)
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
     code, out = _receive(came_back, runs, results, capsys)
     assert code == 1 and "no space left" in out.lower() and "Traceback" not in out, out
     assert "nothing was received" in out and "run the same receive again" in out, out
     assert_unchanged(before, snapshot(tmp_path))
-    monkeypatch.setattr(util, "atomic_write_bytes", real)
+    monkeypatch.setattr(files, "atomic_write_bytes", real)
     code, out = _receive(came_back, runs, results, capsys)
     assert code == 0, out
     _received(runs, results)
@@ -158,7 +158,7 @@ _STOPPED = """
 import os, signal, sys, tarfile
 sys.path.insert(0, sys.argv[1])
 import gpu_session
-from bertlab import util
+from bertlab.engine import files
 sig, when = int(sys.argv[2]), sys.argv[3]
 if when == "unpacking":
     real = tarfile.TarFile.extractall
@@ -167,12 +167,12 @@ if when == "unpacking":
         os.kill(os.getpid(), sig)
     tarfile.TarFile.extractall = extractall
 else:
-    write = util.atomic_write_bytes
+    write = files.atomic_write_bytes
     def atomic_write_bytes(path, data):
         write(path, data)
-        util.atomic_write_bytes = write
+        files.atomic_write_bytes = write
         os.kill(os.getpid(), sig)
-    util.atomic_write_bytes = atomic_write_bytes
+    files.atomic_write_bytes = atomic_write_bytes
 sys.exit(gpu_session.main(sys.argv[4:]))
 """
 

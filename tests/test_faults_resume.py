@@ -3,7 +3,7 @@ resume may change on purpose is recorded; a killed run resumes at once; the advi
 
 The resume contract: the settings that define a run's numerics and data stream (precision,
 compilation, unpadding, segments, pair draws, tokenizer, validation examples, eval batches) are
-stored in every checkpoint and compared one by one on resume (`bertlab.resume.check_resume`).
+stored in every checkpoint and compared one by one on resume (`bertlab.engine.resume.check_resume`).
 Each refusal below runs the real CLI in-process and checks that nothing on disk changed.
 """
 
@@ -28,11 +28,11 @@ from faultlib import (
     snapshot,
 )
 
-from bertlab.checkpoint import latest_checkpoint
 from bertlab.cli import main
-from bertlab.corpus import load_corpus
+from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.document import split_documents
+from bertlab.engine.checkpoint import latest_checkpoint
+from bertlab.engine.readers import load_corpus
 from bertlab.errors import BadInput
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import evaluate, pretrain

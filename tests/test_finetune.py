@@ -1,4 +1,4 @@
-"""Tests for bertlab.downstream and bertlab.finetune: encoding, metrics, sampling, probes,
+"""Tests for bertlab.finetune and bertlab.finetune: encoding, metrics, sampling, probes,
 baselines, fine-tuning, export."""
 
 from __future__ import annotations
@@ -10,30 +10,27 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.classifier import BertForSequenceClassification
-from bertlab.document import Document
-from bertlab.downstream import (
+from bertlab.corpus import Document
+from bertlab.finetune import (
     ClassificationResult,
+    FinetuneConfig,
     ProbeConfig,
     classification_metrics,
     cls_features,
+    compare_downstream,
     document_chunks,
     document_text,
+    finetune_classifier,
+    format_table,
+    from_scratch,
     linear_probe,
     load_task,
     pad_batch,
     sample_per_class,
+    summarize,
     tfidf_baseline,
 )
-from bertlab.finetune import (
-    FinetuneConfig,
-    compare_downstream,
-    finetune_classifier,
-    format_table,
-    from_scratch,
-    summarize,
-)
-from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig
 

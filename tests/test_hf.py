@@ -8,7 +8,6 @@ import warnings
 import pytest
 import torch
 
-from bertlab.classifier import BertForSequenceClassification
 from bertlab.hf import (
     from_hf_state_dict,
     hf_config_fields,
@@ -18,7 +17,7 @@ from bertlab.hf import (
     to_hf_state_dict,
 )
 from bertlab.masking import IGNORE_INDEX
-from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import train_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -368,7 +367,7 @@ TWINS = ("course-nsp", "course-mlm")
 def test_the_shipped_twins_load_in_transformers_with_bertlabs_nsp_logits(name):
     from pathlib import Path
 
-    from bertlab.loading import load_model
+    from bertlab.engine.loading import load_model
 
     transformers = pytest.importorskip("transformers")
     folder = Path(__file__).resolve().parents[1] / "models" / name

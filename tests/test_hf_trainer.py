@@ -11,9 +11,9 @@ import torch
 
 import bertlab as bl
 from bertlab.data import NspDataset, PretrainingCollator
-from bertlab.hf_trainer import TrainerMissingError, mask_epoch_callback
+from bertlab.hf import TrainerMissingError, mask_epoch_callback
 from bertlab.masking import IGNORE_INDEX
-from bertlab.nsp import create_nsp_examples
+from bertlab.pairs import create_nsp_examples
 from bertlab.tokenizer import MASK, special_ids
 
 transformers = pytest.importorskip("transformers")
@@ -211,7 +211,7 @@ def test_missing_trainer_packages_name_the_install(hidden):
 import sys
 sys.modules[{hidden!r}] = None  # any import of it now fails
 from bertlab.data import PretrainingCollator
-from bertlab.hf_trainer import TrainerMissingError, mask_epoch_callback
+from bertlab.hf import TrainerMissingError, mask_epoch_callback
 from bertlab.tokenizer import SpecialIds
 try:
     mask_epoch_callback(PretrainingCollator(SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4, vocab_size=50)))

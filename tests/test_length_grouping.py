@@ -9,10 +9,10 @@ import torch
 
 import bertlab as bl
 from bertlab.data import LengthGroupedBatchSampler, LoaderOptions, pretraining_loader
-from bertlab.fast import fast_inputs
-from bertlab.resume import DataPosition
-from bertlab.shards import PrepareOptions, prepare_shards
-from bertlab.streaming import StreamOptions
+from bertlab.engine.fast import fast_inputs
+from bertlab.engine.resume import DataPosition
+from bertlab.engine.shards import PrepareOptions, prepare_shards
+from bertlab.engine.streaming import StreamOptions
 
 
 @pytest.fixture(scope="module")

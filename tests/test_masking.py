@@ -19,11 +19,12 @@ from tokenizers import Tokenizer, models
 import bertlab as bl
 from bertlab.course.viz import plot_mask_strip, plot_masking_rates
 from bertlab.course.widgets import mask_strip_html, masking_explorer
-from bertlab.draws import Draws, example_seed
 from bertlab.masking import (
     IGNORE_INDEX,
     Decision,
+    Draws,
     MaskingConfig,
+    example_seed,
     label_targets,
     mask_tokens,
     mask_tokens_reference,
@@ -744,10 +745,10 @@ def test_numpy_and_tensor_hashes_agree():
 
 
 def test_the_label_the_masking_leaves_is_the_one_the_model_ignores():
-    from bertlab import labels, masking, model
+    from bertlab import masking, model
 
-    # One name, defined once: masking and the model both take bertlab.labels' constant.
-    assert masking.IGNORE_INDEX is model.IGNORE_INDEX is labels.IGNORE_INDEX
+    # One name, defined once: masking and the model both take bertlab.masking' constant.
+    assert masking.IGNORE_INDEX is model.IGNORE_INDEX
     assert IGNORE_INDEX == torch.nn.CrossEntropyLoss().ignore_index
     assert not hasattr(model, "NOT_PREDICTED")
 

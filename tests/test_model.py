@@ -6,10 +6,9 @@ import json
 import pytest
 import torch
 
-from bertlab.classifier import BertForSequenceClassification
+from bertlab.engine.sizes import count_parameters, flops_per_token, parameter_table
 from bertlab.masking import IGNORE_INDEX
-from bertlab.model import BertConfig, BertForPreTraining, BertModel
-from bertlab.sizes import count_parameters, flops_per_token, parameter_table
+from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
 
 V = 97
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bertlab as bl
-from bertlab.document import Document
-from bertlab.nsp import (
+from bertlab.corpus import Document
+from bertlab.pairs import (
     IS_NEXT,
     NOT_NEXT,
     TokenizedCorpus,

@@ -9,17 +9,27 @@ import math
 import pytest
 import torch
 
-from bertlab.corpus import load_corpus
+from bertlab.corpus import Document
 from bertlab.data import LoaderOptions, NspDataset, pretraining_loader
-from bertlab.document import Document
-from bertlab.example import Example, segment_ids
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import recipe
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import IS_NEXT, create_nsp_examples, tokenize_corpus
-from bertlab.objectives import OBJECTIVES, check_objectives, pair_builder, pairs_of
+from bertlab.pairs import (
+    IN_ORDER,
+    IS_NEXT,
+    OBJECTIVES,
+    SWAPPED,
+    Example,
+    check_objectives,
+    create_nsp_examples,
+    create_single_examples,
+    create_sop_examples,
+    pair_builder,
+    pairs_of,
+    segment_ids,
+    tokenize_corpus,
+)
 from bertlab.pretraining import PretrainingObjective, evaluate, pretrain
-from bertlab.recipes import recipe
-from bertlab.single import create_single_examples
-from bertlab.sop import IN_ORDER, SWAPPED, create_sop_examples
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig
 from tests.test_train import InterruptAt

@@ -9,10 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from bertlab.checkpoint import load_checkpoint, save_checkpoint
+from bertlab.engine.checkpoint import load_checkpoint, save_checkpoint
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.optim import MuonAdamW
-from bertlab.train import TrainConfig, build_optimizer
+from bertlab.train import MuonAdamW, TrainConfig, build_optimizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

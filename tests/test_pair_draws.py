@@ -16,9 +16,10 @@ from bertlab.data import (
     ShardedEpochSampler,
     pretraining_loader,
 )
-from bertlab.nsp import create_nsp_examples, pair_draw_seed
-from bertlab.shards import PrepareOptions, ShardExamples, pair_draws_in, prepare_shards
-from bertlab.streaming import StreamOptions
+from bertlab.engine.resume import DataPosition
+from bertlab.engine.shards import PrepareOptions, ShardExamples, pair_draws_in, prepare_shards
+from bertlab.engine.streaming import StreamOptions
+from bertlab.pairs import create_nsp_examples, pair_draw_seed
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_the_loader_follows_each_draws_own_length_and_resumes_exactly(setup):
     # A resume into epoch 1 at batch 3 sees what the uninterrupted run saw.
     loader.set_epoch(1)
     straight = [b["input_ids"].tolist() for b in loader]
-    resumed = bl.resume.DataPosition(pretraining_loader(
+    resumed = DataPosition(pretraining_loader(
         docs, tok, split=None, seed=1,
         options=LoaderOptions(max_seq_len=64, pair_draws=2, batch_size=8)), 1, 3)
     assert [resumed.next()["input_ids"].tolist() for _ in range(len(straight) - 3)] == straight[3:]

@@ -10,17 +10,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.corpus import load_corpus
 from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import RECIPES, Recipe, recipe
 from bertlab.hf import save_hf
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
-from bertlab.optim import MuonAdamW
+from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import PretrainingObjective, evaluate, pretrain, unigram_bar
-from bertlab.recipes import RECIPES, Recipe, recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
-from bertlab.train import TrainConfig, build_optimizer, lr_at, train_step
+from bertlab.train import MuonAdamW, TrainConfig, build_optimizer, lr_at, train_step
 from tests.test_train import InterruptAt
 
 pytestmark = pytest.mark.usefixtures("one_thread")

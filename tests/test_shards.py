@@ -12,6 +12,7 @@ import torch
 
 import bertlab as bl
 from bertlab.cli import main
+from bertlab.corpus import Document, split_documents
 from bertlab.data import (
     BATCH_KEYS,
     LoaderOptions,
@@ -19,18 +20,15 @@ from bertlab.data import (
     PretrainingCollator,
     pretraining_loader,
 )
-from bertlab.document import Document, split_documents
-from bertlab.example import Example
-from bertlab.nsp import NOT_NEXT, pair_draw_seed
-from bertlab.shards import PrepareOptions, ShardExamples, prepare_command, prepare_shards
-from bertlab.single import create_single_examples
-from bertlab.streaming import (
+from bertlab.engine.shards import PrepareOptions, ShardExamples, prepare_command, prepare_shards
+from bertlab.engine.streaming import (
     StreamingNspBuilder,
     StreamOptions,
     iter_documents,
     stream_nsp_examples,
 )
-from bertlab.textfiles import MAX_DOC_CHARS
+from bertlab.engine.textfiles import MAX_DOC_CHARS
+from bertlab.pairs import NOT_NEXT, Example, create_single_examples, pair_draw_seed
 from bertlab.tokenizer import encode_sentences, load_tokenizer, save_tokenizer
 
 

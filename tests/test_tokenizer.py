@@ -1,4 +1,4 @@
-"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py, bertlab/wordpiece.py)."""
+"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py, bertlab/tokenizer.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ import pytest
 from tokenizers import Tokenizer, models
 
 import bertlab.tokenizer as tokenizer_module
-from bertlab.corpus import load_corpus
-from bertlab.document import Document, split_documents
+from bertlab.corpus import Document, split_documents
+from bertlab.engine.readers import load_corpus
 from bertlab.tokenizer import (
+    SPECIAL_TOKENS,
     SpecialIds,
+    build_untrained_tokenizer,
+    count_words,
     default_cache_dir,
     encode_sentences,
     load_tokenizer,
@@ -25,11 +28,6 @@ from bertlab.tokenizer import (
     train_tokenizer,
     unk_rate,
     vocab_digest,
-)
-from bertlab.wordpiece import (
-    SPECIAL_TOKENS,
-    build_untrained_tokenizer,
-    count_words,
     wordpiece_vocabulary,
 )
 

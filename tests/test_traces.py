@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from bertlab.config import TrainConfig, lr_at
-from bertlab.corpus import load_corpus
 from bertlab.course.traces import (
     CROSS_MACHINE_RTOL,
     compare_values,
@@ -20,6 +19,7 @@ from bertlab.course.traces import (
     replay_script,
     trace_command,
 )
+from bertlab.engine.readers import load_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted(REPO.glob("models/*/MANIFEST.json"))

@@ -11,8 +11,10 @@ import shutil
 import pytest
 import torch
 
-import bertlab.checkpoint as checkpoint_mod
-from bertlab.checkpoint import (
+import bertlab.engine.checkpoint as checkpoint_mod
+from bertlab.course.demo import history_table
+from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.engine.checkpoint import (
     CorruptCheckpoint,
     latest_checkpoint,
     list_checkpoints,
@@ -20,13 +22,11 @@ from bertlab.checkpoint import (
     load_run,
     save_checkpoint,
 )
-from bertlab.corpus import load_corpus
-from bertlab.course.demo import history_table
-from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.fast import fast_inputs
+from bertlab.engine.fast import fast_inputs
+from bertlab.engine.readers import load_corpus
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
+from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import (
     PretrainingObjective,
     evaluate,
@@ -361,7 +361,7 @@ def test_a_checkpoint_rotated_away_by_a_running_run_is_not_called_corrupt(tok, e
                                                                            monkeypatch, when):
     import warnings
 
-    from bertlab import checkpoint as ck
+    from bertlab.engine import checkpoint as ck
 
     train, _ = loaders(examples, tok)
     pretrain(make_model(tok), train, None, quiet(max_steps=4, checkpoint_interval=2,
@@ -445,7 +445,7 @@ def test_a_second_run_on_a_locked_folder_is_refused(tok, examples, tmp_path):
     train, _ = loaders(examples, tok)
     (tmp_path / "run").mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from bertlab.util import FolderLock\n"
+        [sys.executable, "-c", "import sys, time; from bertlab.engine.files import FolderLock\n"
          f"with FolderLock({str(tmp_path / 'run')!r}):\n print('held', flush=True); "
          "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -734,7 +734,7 @@ def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, t
 def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, examples):
     # torch.compile (inductor: C++ on a CPU, Triton on a GPU) of the training forward, the loss
     # and the backward; the fused optimizer step stays eager. The MLM head gets a fixed number
-    # of rows (bertlab.fast.mlm_capacity), so no data-dependent shape splits the graph.
+    # of rows (bertlab.engine.fast.mlm_capacity), so no data-dependent shape splits the graph.
     import torch._dynamo as dynamo
 
     train, _ = loaders(examples, tok)

@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from bertlab.corpus import load_corpus
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.fast import fast_inputs, real_token_positions
+from bertlab.engine.fast import fast_inputs, real_token_positions
+from bertlab.engine.readers import load_corpus
 from bertlab.finetune import finetune_classifier
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
+from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import PretrainingObjective, pretrain
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig

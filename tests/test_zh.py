@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bertlab.corpus import load_corpus
+from bertlab.corpus import Document
 from bertlab.data import LoaderOptions, NspDataset, PretrainingCollator, pretraining_loader
-from bertlab.document import Document
+from bertlab.engine.readers import load_corpus
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
-from bertlab.nsp import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
+from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
 from bertlab.zh import (
     nsp_word_ids,

@@ -201,8 +201,8 @@ def _check_outputs(came_back: Path, runs: Path | None, results: Path | None) -> 
     under a file, a file where a folder goes, the --from folder itself, a link that loops or
     leads where nothing can be written, a folder this process may not write in, and a `runs`
     folder that already holds something (an earlier session's runs)."""
-    from bertlab.outputs import check_output
-    from bertlab.util import through_link
+    from bertlab.engine.files import through_link
+    from bertlab.engine.outputs import check_output
     any_kind = ("run", "shards", "hf", "checkpoint", "other")  # what is there: checked below
     try:
         for flag, path in (("--runs", runs), ("--results", results)):
@@ -235,7 +235,7 @@ def _put_in_place(contents: dict[Path, list[tarfile.TarInfo]], record: bytes | N
     Ctrl-C, SIGTERM) leaves both as they were: the staging folder is removed and the record's
     previous content (or its absence) comes back. After kill -9 the next receive sweeps the dead
     one's staging folder; killed after the record was written, it writes the same bytes again."""
-    from bertlab.util import atomic_write_bytes, atomic_write_folder
+    from bertlab.engine.files import atomic_write_bytes, atomic_write_folder
     target = results / "gpu_throughput.json"
     before = target.read_bytes() if target.is_file() else None
     began: list[Path] = []
@@ -281,8 +281,8 @@ def receive(came_back: Path, runs: Path, results: Path) -> int:
     (an earlier session's), an output path under a file, a file where a folder goes, a folder
     that may not be written. A failure or a stop while writing leaves both as they were."""
     # Imported here, not at the top: the GPU machine runs this script without bertlab installed.
+    from bertlab.engine.resume import interrupt_on_sigterm
     from bertlab.errors import os_error_line
-    from bertlab.resume import interrupt_on_sigterm
     log = came_back / "full.log"
     phases = [line for line in (log.read_text(errors="replace").splitlines()
                                 if log.is_file() else []) if line.startswith("phases: ")]

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bertlab.course.traces import REPO, compare_values, make_script_trace
-from bertlab.util import atomic_write_json
+from bertlab.engine.files import atomic_write_json
 
 RESULTS = REPO / "benchmarks" / "results"
 CURVE_KEYS = ("mask_accuracy", "mlm_accuracy", "nsp_accuracy")

@@ -41,21 +41,19 @@ from typing import Any
 
 import torch
 
-from bertlab.corpus import load_corpus
+from bertlab.corpus import split_documents
 from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.device import resolve_device, resolve_precision
-from bertlab.document import split_documents
-from bertlab.downstream import ProbeConfig, linear_probe
-from bertlab.example import Example
-from bertlab.finetune import FinetuneConfig, finetune_classifier
+from bertlab.engine.device import resolve_device, resolve_precision
+from bertlab.engine.files import atomic_write_json
+from bertlab.engine.readers import load_corpus
+from bertlab.finetune import FinetuneConfig, ProbeConfig, finetune_classifier, linear_probe
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.nsp import create_nsp_examples
+from bertlab.pairs import Example, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
-from bertlab.util import atomic_write_json
 
 EVAL_SEED = 20_190_524  # validation examples and their masks: the same for every cell
 

@@ -15,21 +15,21 @@ from typing import Any
 
 import torch
 
-from bertlab.checkpoint import list_checkpoints
 from bertlab.config import cpu_threads
-from bertlab.corpus import load_corpus
 from bertlab.course.cloze import cloze_score
 from bertlab.course.doctor import load_note
 from bertlab.course.viz import plot_training_curves
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.device import resolve_device
+from bertlab.engine.checkpoint import list_checkpoints
+from bertlab.engine.device import resolve_device
+from bertlab.engine.files import LOCK_NAME, atomic_write_json, check_output_folder
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
 from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
 from bertlab.tokenizer import save_tokenizer, train_tokenizer
 from bertlab.train import TrainResult
-from bertlab.util import LOCK_NAME, atomic_write_json, check_output_folder
 
 EXAMPLES = (
     "the [MASK] fell sharply on wall street.",
@@ -167,7 +167,7 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
              threads: int | None = None) -> dict:
     """Return the results written to `out/results.json` after running the demo into `out`.
 
-    Pretrains with the course recipe (`bertlab.recipes`) for `steps` optimizer steps (default
+    Pretrains with the course recipe (`bertlab.engine.recipes`) for `steps` optimizer steps (default
     `DEMO_STEPS`: about 4 minutes on a 2-core CPU, so the whole demo stays within about 10; a
     step budget, not a time budget, gives the same model on every run of one machine), then fine-tunes
     its [CLS] for `finetune_epochs` on BBC topics with all labels and with 8 and 32 per class

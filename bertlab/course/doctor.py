@@ -31,13 +31,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from bertlab.config import cpu_threads
-from bertlab.corpus import load_corpus
 from bertlab.course.traces import REPO  # the checkout, when bertlab runs from one
 from bertlab.data import pretraining_loader
-from bertlab.device import resolve_device
+from bertlab.engine.device import resolve_device
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.recipes import DEMO_STEPS, recipe
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import pretrain
-from bertlab.recipes import DEMO_STEPS, recipe
 from bertlab.tokenizer import default_cache_dir, train_tokenizer
 
 try:

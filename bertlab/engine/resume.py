@@ -1,7 +1,7 @@
 """Stopping a run safely and resuming it exactly: the run folder, random states, data position.
 
 A resumed run must continue as if it had never stopped: same batches, same masks, same dropout.
-That takes three things besides the weights and the optimizer (`bertlab.checkpoint`):
+That takes three things besides the weights and the optimizer (`bertlab.engine.checkpoint`):
 
 - the random-generator states of every process (`rng_state`, `gather_rng`, `restore_rng`),
   saved with the run state by `CheckpointSaver`;
@@ -32,16 +32,16 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.checkpoint import (
+from bertlab.engine.checkpoint import (
     latest_checkpoint,
     latest_verified_checkpoint,
     list_checkpoints,
     remove_checkpoint,
     save_checkpoint,
 )
-from bertlab.device import rank_world
+from bertlab.engine.device import rank_world
+from bertlab.engine.files import LOCK_NAME, check_output_folder, writing_into
 from bertlab.errors import BadInput
-from bertlab.util import LOCK_NAME, check_output_folder, writing_into
 
 Batch = dict[str, torch.Tensor]
 

@@ -24,10 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from bertlab.document import Document, split_of
+from bertlab.corpus import (
+    SENTENCE_END,
+    Document,
+    paragraph_sentences,
+    paragraphs,
+    split_of,
+    split_sentences,
+)
+from bertlab.engine.files import describe_kind, folder_kind
 from bertlab.errors import BadInput
-from bertlab.sentences import SENTENCE_END, paragraph_sentences, paragraphs, split_sentences
-from bertlab.util import describe_kind, folder_kind
 
 # Budgets that keep reading your own text bounded in memory, whatever the files hold.
 #

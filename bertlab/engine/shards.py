@@ -1,10 +1,10 @@
 """Prepared NSP examples on disk: memory-mappable .npy shards, written and read back.
 
-`prepare_shards` streams a corpus (`bertlab.streaming`) into per-split folders of shards (the
+`prepare_shards` streams a corpus (`bertlab.engine.streaming`) into per-split folders of shards (the
 CLI's `prepare` is `prepare_command`); `ShardExamples` reads them back lazily, as a sequence of
 examples that `bertlab.data.NspDataset` takes like the list `create_nsp_examples` returns, so a
 loader sees the same items either way. `segments="single"` writes single segments ([CLS] text
-[SEP], `bertlab.single`) in the same format instead: A is the text, there is no B, and the
+[SEP], `bertlab.pairs`) in the same format instead: A is the text, there is no B, and the
 label is -100 (no pair label); meta.json says `"segments": "single"` (`shard_segments`).
 """
 
@@ -21,19 +21,17 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from bertlab.corpus import CORPORA
-from bertlab.document import SPLITS, Document
-from bertlab.example import Example
-from bertlab.nsp import NOT_NEXT
-from bertlab.objectives import SINGLE
-from bertlab.streaming import StreamingNspBuilder, StreamOptions, iter_documents
-from bertlab.tokenizer import load_tokenizer, train_tokenizer
-from bertlab.util import (
+from bertlab.corpus import SPLITS, Document
+from bertlab.engine.files import (
     atomic_write_folder,
     atomic_write_json,
     atomic_write_text,
     check_output_folder,
 )
+from bertlab.engine.readers import CORPORA
+from bertlab.engine.streaming import StreamingNspBuilder, StreamOptions, iter_documents
+from bertlab.pairs import NOT_NEXT, SINGLE, Example
+from bertlab.tokenizer import load_tokenizer, train_tokenizer
 
 SHARD_FORMAT = 1
 
@@ -106,7 +104,7 @@ class PrepareOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.stream, StreamOptions):
-            raise ValueError(f"stream={self.stream!r}; pass a bertlab.streaming.StreamOptions, "
+            raise ValueError(f"stream={self.stream!r}; pass a bertlab.engine.streaming.StreamOptions, "
                              f"e.g. StreamOptions(max_seq_len=128)")
         _check_layout(self.shard_size, self.splits)
         check_pair_draws(self.pair_draws, self.stream.dupe_factor)
@@ -159,7 +157,7 @@ def prepare_shards(
     """
     options = PrepareOptions() if options is None else options
     if not isinstance(options, PrepareOptions):
-        raise ValueError(f"options={options!r}; pass a bertlab.shards.PrepareOptions, e.g. "
+        raise ValueError(f"options={options!r}; pass a bertlab.engine.shards.PrepareOptions, e.g. "
                          f"PrepareOptions(StreamOptions(max_seq_len=128), shard_size=100_000)")
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(tokenizer)
@@ -384,7 +382,7 @@ def shard_folder(path: str | Path, split: str | None) -> Path:
         )
     raise ValueError(
         f"'{path}' has no shards for split {split!r} (no meta.json); write them with "
-        f"bertlab.shards.prepare_shards or `python -m bertlab prepare`"
+        f"bertlab.engine.shards.prepare_shards or `python -m bertlab prepare`"
     )
 
 

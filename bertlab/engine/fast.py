@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bertlab.labels import IGNORE_INDEX
-from bertlab.masking import MaskingConfig
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import (
     BertForPreTraining,
     EncoderLayer,
@@ -80,7 +79,7 @@ def unpadded(attention_mask: torch.Tensor | None, real_tokens: torch.Tensor) -> 
     if not torch.compiler.is_compiling() and not torch.equal(
             real_tokens.to(attention_mask.device), real_token_positions(attention_mask)):
         raise ValueError("real_tokens does not list the positions where attention_mask is 1 (in "
-                         "row-major order); compute it with bertlab.fast.real_token_positions("
+                         "row-major order); compute it with bertlab.engine.fast.real_token_positions("
                          "attention_mask)")
     if not torch.compiler.is_compiling() and not bool(attention_mask[:, 0].all()):
         raise ValueError("real_tokens= needs every sequence to start with a real token ([CLS] at "

@@ -5,7 +5,7 @@ paths, so a link to the input counts), a path inside a bertlab artefact (a run, 
 shards, a Hugging Face export: a file written there would replace one of its files, or be
 taken for one), a name longer than the file system allows, and a destination this process
 cannot write; each refusal is one `BadInput` that names the flag and the path as the user gave
-them. The writing itself is `bertlab.util`'s atomic replace.
+them. The writing itself is `bertlab.engine.files`'s atomic replace.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bertlab.engine.files import STAGING_SUFFIX, check_output_folder, describe_kind, folder_kind
 from bertlab.errors import BadInput
-from bertlab.util import STAGING_SUFFIX, check_output_folder, describe_kind, folder_kind
 
 # The artefacts whose files belong to bertlab, and what a message calls each folder.
 _ARTEFACTS = {"run": "the run folder", "checkpoint": "the checkpoint",
@@ -29,13 +29,13 @@ _NOTHING = "(nothing was written)"
 
 def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, object]] = (),
                  folder: bool = False, accept: tuple[str, ...] | None = None) -> str:
-    """Return what `path` holds now (`bertlab.util.folder_kind`: "missing", "file", "run"...)
+    """Return what `path` holds now (`bertlab.engine.files.folder_kind`: "missing", "file", "run"...)
     once a command may write there; raise `BadInput` (a ValueError) before, if it may not.
 
     `inputs` lists the command's inputs as (flag, path); those that are no path on disk (a
     corpus name such as "bbc", None) are passed over. `folder`: the output is a folder (else a
     file in an existing folder). With `accept` (a folder output), what the folder may already
-    hold is checked too (`bertlab.util.check_output_folder`); None leaves that to the command.
+    hold is checked too (`bertlab.engine.files.check_output_folder`); None leaves that to the command.
     """
     shown = f"{flag} {path}"
     if str(path).strip() == "":

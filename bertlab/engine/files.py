@@ -20,7 +20,6 @@ import errno
 import glob
 import hashlib
 import json
-import math
 import os
 import secrets
 import shutil
@@ -297,47 +296,6 @@ def _signals_deferred() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     else:
         yield
-
-
-# --------------------------------------------------------------------------------------------
-# Checking settings
-
-# A number setting is finite: inf or NaN would train nothing, or train into NaN, silently.
-_NUMBER_KINDS = {
-    "positive integer": lambda v: isinstance(v, int) and v > 0,
-    "integer >= 0": lambda v: isinstance(v, int) and v >= 0,
-    "positive number": lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
-    "number >= 0": lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v >= 0,
-}
-
-
-def flag_of(name: str) -> str:
-    """Return the command-line flag of a settings field: "max_seq_len" -> "--max-seq-len".
-
-    The CLI makes its generated flags (one per TrainConfig field) this way, so an error about a
-    setting can name it as both readers know it: "TrainConfig.lr (--lr)".
-    """
-    return "--" + name.replace("_", "-")
-
-
-def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool = False,
-                 flag: bool = False) -> None:
-    """Raise a ValueError naming `owner.name`, `kind` and `value` unless `value` is of `kind`.
-
-    `kind` is "positive integer", "integer >= 0", "positive number" or "number >= 0" (a bool is
-    none of them; a number is finite, never inf or NaN); None passes when `none_ok`. With `flag`
-    (a setting the CLI has a flag for) the error names the flag too (`flag_of`). E.g.
-    "TrainConfig.lr (--lr) must be a positive number, got -1.0".
-    """
-    if value is None and none_ok:
-        return
-    if isinstance(value, bool) or not _NUMBER_KINDS[kind](value):
-        article = "an" if kind[0] in "aeiou" else "a"
-        finite = ("; inf and NaN are not settings" if isinstance(value, float)
-                  and not math.isfinite(value) else "")
-        named = f"{owner}.{name}" + (f" ({flag_of(name)})" if flag else "")
-        raise ValueError(f"{named} must be {article} {kind}"
-                         f"{' or None' if none_ok else ''}, got {value!r}{finite}")
 
 
 # --------------------------------------------------------------------------------------------

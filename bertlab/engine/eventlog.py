@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertlab.engine.files import atomic_write_json, is_disk_full
 from bertlab.errors import BadInput
-from bertlab.util import atomic_write_json, is_disk_full
 
 INSTALL = "pip install 'bertlab[tensorboard]'"
 # The bar a masked LM must clear: always guessing the most frequent [MASK] target.

@@ -2,10 +2,10 @@
 evaluation, logging and checkpoints.
 
 `bertlab.train.train_loop` reads as the step and its budget; everything here is what a long run
-needs besides: a run folder that one process at a time may write (`bertlab.resume`), an exact
+needs besides: a run folder that one process at a time may write (`bertlab.engine.resume`), an exact
 resume from the newest checkpoint that verifies, Ctrl-C and SIGTERM answered with a checkpoint,
 a dropout stream of the run's own, held-out evaluations whose time does not count as training,
-a progress bar, TensorBoard event files (`tensorboard_dir`, `bertlab.eventlog`), and
+a progress bar, TensorBoard event files (`tensorboard_dir`, `bertlab.engine.eventlog`), and
 checkpoints every `checkpoint_interval` steps. Under torchrun every process
 runs the same calls; rank 0 alone writes and logs.
 """
@@ -29,9 +29,9 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
 from bertlab.config import TrainConfig, check_train_config, lr_at
-from bertlab.device import (
+from bertlab.engine.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
+from bertlab.engine.device import (
     fast_math,
     from_rank0,
     rank_world,
@@ -39,8 +39,9 @@ from bertlab.device import (
     resolve_device,
     resolve_precision,
 )
-from bertlab.eventlog import EventLog, check_event_folder
-from bertlab.resume import (
+from bertlab.engine.eventlog import EventLog, check_event_folder
+from bertlab.engine.files import atomic_write_json, atomic_write_text
+from bertlab.engine.resume import (
     CheckpointSaver,
     DataPosition,
     changed_on_resume,
@@ -54,7 +55,6 @@ from bertlab.resume import (
     run_contract,
     run_data,
 )
-from bertlab.util import atomic_write_json, atomic_write_text
 
 Batch = dict[str, torch.Tensor]
 _DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line

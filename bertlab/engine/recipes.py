@@ -27,7 +27,7 @@ from bertlab.config import TrainConfig
 from bertlab.data import LoaderOptions
 from bertlab.masking import BERT_MASKING, MaskingConfig
 from bertlab.model import BertConfig
-from bertlab.objectives import check_objectives, pairs_of
+from bertlab.pairs import check_objectives, pairs_of
 
 # The TrainConfig fields a recipe sets.
 RECIPE_TRAIN_FIELDS = ("batch_size", "optimizer", "lr", "muon_lr", "warmup_fraction", "schedule",
@@ -49,7 +49,7 @@ class Recipe:
     name: str
     summary: str
     mlm_probability: float  # share of tokens selected as targets (then 80/10/10)
-    objectives: tuple[str, ...]  # what it learns (bertlab.objectives): masked LM, + NSP or SOP
+    objectives: tuple[str, ...]  # what it learns (bertlab.pairs): masked LM, + NSP or SOP
     dropout: float  # hidden and attention dropout
     batch_size: int
     max_seq_len: int
