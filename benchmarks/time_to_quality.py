@@ -90,12 +90,13 @@ class HfBert(nn.Module):
         out = self.hf(input_ids=input_ids, attention_mask=attention_mask,
                       token_type_ids=token_type_ids)
         logits, nsp_logits = out.prediction_logits, out.seq_relationship_logits  # (B,T,V), (B,2)
-        if labels is None:  # every position predicted, one row each, as bertlab's
-            return PreTrainingOutput(None, None, None, logits.flatten(0, 1), nsp_logits)
+        if labels is None:  # every position predicted: mlm_logits (B, T, V), as bertlab's
+            return PreTrainingOutput(None, None, None, logits, nsp_logits)
         where = labels != IGNORE_INDEX
         logits = logits[where]  # (B, T, V) -> (targets, V), row-major as bertlab's
         sums = pretraining_loss_sums(logits, labels[where], nsp_logits, next_sentence_label)
-        return PreTrainingOutput(None, None, None, logits, nsp_logits, loss_sums=sums)
+        return PreTrainingOutput(None, None, None, None, nsp_logits, loss_sums=sums,
+                                 target_logits=logits)
 
     fill_mask = BertForPreTraining.fill_mask  # the same top-k at [MASK] that cloze_score calls
 

@@ -1,4 +1,19 @@
-"""corpus"""
+"""The corpus: `Document`, the record every corpus is made of, its split, and its sentences.
+
+Read top to bottom:
+
+- `Document`: one document's body split into sentences, with an optional title, label and gold
+  word segmentation. Its train / validation / test split comes from `split_of`, a stable hash of
+  its id, so a document keeps its split whatever else is loaded; `split_documents` groups a list
+  of documents by split.
+- `split_sentences`: English and Chinese sentence splitting by rules, not a model.
+  `paragraphs` and `paragraph_sentences` are the same steps for a stream of lines.
+
+Reading text into Documents (the named corpora "bbc", "zh-news" and "zh-reviews", or your own
+files) is `bertlab.load_corpus`, in `bertlab.engine.readers`.
+
+Taught in notebooks/01_corpus_and_tokenizer.ipynb.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +22,8 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-# --- from document.py ---
-# `Document`, the record every corpus is made of, and its stable train / validation / test split.
+# --------------------------------------------------------------------------------------------
+# Documents and their train / validation / test split
 
 SPLITS = ("train", "validation", "test")
 
@@ -58,13 +73,13 @@ def split_documents(docs: Sequence[Document]) -> dict[str, list[Document]]:
     return out
 
 
-# --- from sentences.py ---
-# Sentence splitting for English and Chinese text: `split_sentences` and the rules behind it.
+# --------------------------------------------------------------------------------------------
+# Sentence splitting: `split_sentences` and the rules behind it
 #
-# Rules, not a model: a sentence ends at . ! ? (English, with exceptions for abbreviations,
-# initials and numbers) or at 。！？ (Chinese); paragraphs that a lost line break cut in two are
-# joined again. `paragraphs` and `paragraph_sentences` are the same steps for a stream of lines
-# (bertlab.engine.textfiles reads files larger than memory with them).
+# A sentence ends at . ! ? (English, with exceptions for abbreviations, initials and numbers) or
+# at 。！？ (Chinese); paragraphs that a lost line break cut in two are joined again.
+# `bertlab.engine.textfiles` reads files larger than memory through `paragraphs` and
+# `paragraph_sentences`, the same steps for a stream of lines.
 
 # Words after which a full stop does not end a sentence.
 _ABBREVIATIONS = {

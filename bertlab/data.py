@@ -6,7 +6,7 @@ A batch is a dict with exactly the names the model takes: `input_ids`, `token_ty
 Masks are made in the collate, per row, from a seed that depends only on (seed, epoch, example
 index) (`bertlab.masking.example_seed`). So an example gets the same mask whatever batch, worker
 or process it lands in, a new one every epoch (dynamic masking, RoBERTa), or one of
-`dupe_factor` fixed ones (static masking, as Google's data generator writes them to disk).
+`mask_copies` fixed ones (static masking: Google's data generator writes `dupe_factor` copies to disk).
 The pairs themselves can be drawn afresh too: with `pair_draws=K` the corpus is cut into pairs
 K times and epoch e trains on draw e % K (`PairDraws`), so a small corpus repeated many times
 does not show a model the same A with the same B (and the same NSP label) every epoch.
@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -59,6 +59,8 @@ from bertlab.pairs import (
 )
 from bertlab.tokenizer import SpecialIds, special_ids, vocab_digest
 
+# A batch: the model's inputs by name, each a (B, T) tensor, the pair labels (B,).
+Batch = dict[str, torch.Tensor]
 BATCH_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "next_sentence_label")
 MASK_SCHEDULES = ("dynamic", "static")
 
@@ -74,7 +76,7 @@ def _check_epoch(epoch: object) -> None:
 
 class PairDraws:
     """K cuts of one corpus into pair examples (each a list, or `ShardExamples` of one draw):
-    the same documents with other A/B splits and other NotNext partners. `NspDataset` trains
+    the same documents with other A/B splits and other NotNext partners. `PretrainingDataset` trains
     epoch e on draw e % K."""
 
     def __init__(self, draws: Sequence[Sequence[Example] | ShardExamples]) -> None:
@@ -108,7 +110,7 @@ def check_draws_fit(first: Sequence[Example], pair_draws: int) -> None:
                      f"those shards")
 
 
-class NspDataset(Dataset):
+class PretrainingDataset(Dataset):
     """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per example.
 
     `examples`: `Example`s in memory (`create_nsp_examples`, or the sop / single builders) or
@@ -120,13 +122,13 @@ class NspDataset(Dataset):
     those words.
 
     `mask_schedule="dynamic"`: the row seed changes with the epoch (`set_epoch`); `"static"`:
-    epoch e uses mask copy e % `dupe_factor` (1 = one fixed mask per example forever).
+    epoch e uses mask copy e % `mask_copies` (1 = one fixed mask per example forever).
     """
 
     def __init__(
         self, examples: Sequence[Example] | ShardExamples | PairDraws, *,
         word_ids: Sequence[Sequence[int | None]] | None = None, seed: int = 0,
-        mask_schedule: str = "dynamic", dupe_factor: int = 1,
+        mask_schedule: str = "dynamic", mask_copies: int = 1,
     ) -> None:
         # Shards stay on disk; anything else is held as a list.
         self.draws = (examples.draws if isinstance(examples, PairDraws) else
@@ -134,31 +136,31 @@ class NspDataset(Dataset):
         self.examples = self.draws[0]
         self._lengths: dict[int, np.ndarray] = {}
         if word_ids is not None and len(self.draws) > 1:
-            raise ValueError("NspDataset: word_ids belong to one set of examples; pass one draw "
+            raise ValueError("PretrainingDataset: word_ids belong to one set of examples; pass one draw "
                              "of pairs with them, not PairDraws")
         if mask_schedule not in MASK_SCHEDULES:
             raise ValueError(f"mask_schedule={mask_schedule!r} is not known; use 'dynamic' or "
                              f"'static'")
-        if not isinstance(dupe_factor, int) or dupe_factor < 1:
-            raise ValueError(f"dupe_factor={dupe_factor!r}; pass a whole number >= 1")
-        if mask_schedule == "dynamic" and dupe_factor != 1:
+        if not isinstance(mask_copies, int) or mask_copies < 1:
+            raise ValueError(f"mask_copies={mask_copies!r}; pass a whole number >= 1")
+        if mask_schedule == "dynamic" and mask_copies != 1:
             raise ValueError(
-                f"dupe_factor={dupe_factor} only applies to mask_schedule='static' (the number "
+                f"mask_copies={mask_copies} only applies to mask_schedule='static' (the number "
                 f"of fixed masks cycled over epochs); dynamic masking draws a new mask every epoch"
             )
-        self.seed, self.mask_schedule, self.dupe_factor = seed, mask_schedule, dupe_factor
+        self.seed, self.mask_schedule, self.mask_copies = seed, mask_schedule, mask_copies
         self.epoch = 0
         self.word_ids = None if word_ids is None else self._word_id_arrays(word_ids)
 
     def _word_id_arrays(self, word_ids: Sequence[Sequence[int | None]]) -> list[np.ndarray]:
         if len(word_ids) != len(self.examples):
-            raise ValueError(f"NspDataset: {len(self.examples)} examples but {len(word_ids)} "
+            raise ValueError(f"PretrainingDataset: {len(self.examples)} examples but {len(word_ids)} "
                              f"word-id lists; pass one list per example")
         arrays = []
         for index, ids in enumerate(word_ids):
             length = len(self.examples[index].input_ids)
             if len(ids) != length:
-                raise ValueError(f"NspDataset: example {index} has {length} tokens but {len(ids)} "
+                raise ValueError(f"PretrainingDataset: example {index} has {length} tokens but {len(ids)} "
                                  f"word ids; build them with nsp_word_ids(example, corpus)")
             arrays.append(np.array([-1 if w is None else w for w in ids], dtype=np.int64))
         return arrays
@@ -187,7 +189,7 @@ class NspDataset(Dataset):
 
     def row_seed(self, index: int) -> int:
         """Return the masking seed of example `index` in the current epoch."""
-        copy = self.epoch if self.mask_schedule == "dynamic" else self.epoch % self.dupe_factor
+        copy = self.epoch if self.mask_schedule == "dynamic" else self.epoch % self.mask_copies
         return int(example_seed(self.seed, copy, index))
 
     def __len__(self) -> int:
@@ -240,7 +242,7 @@ class PretrainingCollator:
     `masking` holds every masking setting (`bertlab.masking.MaskingConfig`; BERT's by default),
     checked when it was built, not on the first batch inside a worker. `whole_word=True` masks
     whole words: the items' "word_ids" when they carry them (see
-    `NspDataset`), else words read from the WordPiece "##" marks. `False` masks token by token
+    `PretrainingDataset`), else words read from the WordPiece "##" marks. `False` masks token by token
     from the same row seeds, so two loaders that differ only in this flag see the same examples
     in the same order. `return_word_ids=True` adds those word ids as "word_ids" (B, T), -1 on
     specials and padding (for `bertlab.zh.whole_word_scores`; the model does not take it, so
@@ -250,8 +252,8 @@ class PretrainingCollator:
     too: an item needs only `input_ids`; `token_type_ids` (zeros when absent),
     `next_sentence_label` (returned only when the items carry it, so `BertForMaskedLM` takes the
     batch) and `word_ids` (-1 or None at specials) are optional. An item without the
-    `row_seed` that `NspDataset` gives needs an `index` (its row number): its mask then comes
-    from (`seed`, epoch, index), as in `NspDataset`, whatever batch or worker it lands in;
+    `row_seed` that `PretrainingDataset` gives needs an `index` (its row number): its mask then comes
+    from (`seed`, epoch, index), as in `PretrainingDataset`, whatever batch or worker it lands in;
     `set_epoch` moves the epoch on (`bertlab.hf.mask_epoch_callback` does it per
     Trainer epoch).
 
@@ -277,6 +279,8 @@ class PretrainingCollator:
         ):
             raise ValueError(f"pad_to_multiple_of={pad_to_multiple_of!r}; pass a positive int or None")
         self.special = special_ids(tokenizer)
+        # The vocabulary itself, which a run folder keeps (None: the collator was given ids only).
+        self.tokenizer = tokenizer if isinstance(tokenizer, Tokenizer) else None
         # Which vocabulary the ids come from: a run records it, and a resume checks it.
         self.tokenizer_digest = (vocab_digest(tokenizer)[:16] if isinstance(tokenizer, Tokenizer)
                                  else None)
@@ -384,7 +388,7 @@ class PretrainingCollator:
 class EpochShuffleSampler(Sampler[int]):
     """Yields 0..n-1 in an order fixed by (seed, epoch): reproducible, reshuffled each epoch.
 
-    `n` is a count, or a dataset whose length is read at each pass (an `NspDataset` of
+    `n` is a count, or a dataset whose length is read at each pass (an `PretrainingDataset` of
     `PairDraws` has as many examples as the current epoch's draw).
     """
 
@@ -415,7 +419,7 @@ class ShardedEpochSampler(DistributedSampler):
     batch of b x world: one process and N processes see the same global batches. As in
     `DistributedSampler`, the order is padded by wrapping around (or cut, with `drop_last`) so
     every rank gets the same number of examples. The dataset's length is read again at each
-    epoch (an `NspDataset` of `PairDraws` changes it with the draw).
+    epoch (an `PretrainingDataset` of `PairDraws` changes it with the draw).
     """
 
     def set_epoch(self, epoch: int) -> None:
@@ -452,11 +456,11 @@ class LengthGroupedBatchSampler(Sampler[list[int]]):
     `world` > 1 (DDP): global batches of `batch_size * world`, of which rank `rank` takes
     positions rank, rank + world, ...; so N processes see one process's global batches. The
     epoch's order is filled up to a multiple of `world` from its start, as `DistributedSampler`
-    does, so every rank gets as many examples. `dataset` is an `NspDataset` (the current
+    does, so every rank gets as many examples. `dataset` is an `PretrainingDataset` (the current
     draw's lengths are read at each epoch).
     """
 
-    def __init__(self, dataset: NspDataset, batch_size: int, *, seed: int = 0,
+    def __init__(self, dataset: PretrainingDataset, batch_size: int, *, seed: int = 0,
                  group_batches: int = 8, world: int = 1, rank: int = 0) -> None:
         if isinstance(group_batches, bool) or not isinstance(group_batches, int) or (
                 group_batches < 1):
@@ -503,16 +507,17 @@ class EpochLoader(DataLoader):
     and `pairs`: how its examples were built ("nsp", "sop" or "single"; None when not known),
     so that `bertlab.pretraining.pretrain` can refuse a pair objective on other pairs.
     Before each pass the epoch (0, 1, 2, ...) goes to the dataset and the sampler (and a batch
-    sampler), each that has `set_epoch`: `NspDataset` draws new masks (dynamic masking),
+    sampler), each that has `set_epoch`: `PretrainingDataset` draws new masks (dynamic masking),
     `EpochShuffleSampler` a new order. `loader.set_epoch(e)` chooses the next pass's epoch
     (resuming, DDP).
     """
 
     def __init__(self, dataset: Dataset, *args: Any, seed: int | None = None,
-                 pairs: str | None = None, **kwargs: Any) -> None:
+                 pairs: str | None = None, max_seq_len: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._data_seed = seed
-        self.pairs = pairs
+        self.pairs, self.max_seq_len = pairs, max_seq_len
         self._epoch = 0
         self._epoch_chosen = False  # set_epoch was called since the last pass began
         self._passes = 0
@@ -533,6 +538,20 @@ class EpochLoader(DataLoader):
         self._epoch = epoch
         self._epoch_chosen = True
 
+    def run_data(self) -> RunData | None:
+        """Return what a pretraining run needs from this loader (`RunData`), or None when its
+        batches are not `PretrainingCollator`'s (fine-tuning, a collator of your own)."""
+        collate = self.collate_fn
+        if not isinstance(collate, PretrainingCollator):
+            return None
+        grouped = self.batch_sampler if isinstance(self.batch_sampler,
+                                                   LengthGroupedBatchSampler) else None
+        return RunData(special=collate.special, masking=collate.masking,
+                       tokenizer=collate.tokenizer, tokenizer_digest=collate.tokenizer_digest,
+                       pairs=self.pairs, seed=self.seed, max_seq_len=self.max_seq_len,
+                       dataset=self.dataset if isinstance(self.dataset, PretrainingDataset) else None,
+                       group_by_length=0 if grouped is None else grouped.group_batches)
+
     def __iter__(self) -> Iterator[Any]:
         if self._passes > 0 and not self._epoch_chosen:
             self._epoch += 1
@@ -542,6 +561,39 @@ class EpochLoader(DataLoader):
             if hasattr(part, "set_epoch"):
                 part.set_epoch(self._epoch)
         return super().__iter__()
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What a pretraining run needs from its training data, said in one place.
+
+    A bertlab loader gives it (`EpochLoader.run_data`), and `bertlab.pretraining.pretrain` hands
+    it to the loop, which checks, records and resumes with it. A loader that cannot say (any
+    other iterable of batches) has none: such a run checks and records less.
+    """
+
+    special: SpecialIds              # [MASK] for the metrics by kind, and the vocabulary's size
+    masking: MaskingConfig           # the training masking: sizes a compiled model's MLM rows
+    tokenizer: Tokenizer | None      # the run folder keeps it (None: the collator got ids only)
+    tokenizer_digest: str | None     # which vocabulary the ids come from (a resume compares it)
+    pairs: str | None                # "nsp", "sop" or "single" (None: ready-made examples)
+    seed: int | None                 # the data seed: the order and the masks come from it
+    max_seq_len: int | None          # the examples' length, as the loader was asked for
+    dataset: PretrainingDataset | None       # its size, pair draws and digest: what a resume must see
+    group_by_length: int = 0         # batches sorted by length together (0: off)
+
+
+@runtime_checkable
+class SaysItsData(Protocol):
+    """A loader that states its `RunData` (`EpochLoader`, or a wrapper that passes it on)."""
+
+    def run_data(self) -> RunData | None:
+        """Return what a pretraining run needs from this loader's data, or None."""
+
+
+def run_data_of(loader: object) -> RunData | None:
+    """Return what `loader` states of its data (`RunData`); None for any other iterable."""
+    return loader.run_data() if isinstance(loader, SaysItsData) else None
 
 
 @dataclass(frozen=True)
@@ -555,7 +607,7 @@ class LoaderOptions:
     `pair_draws` (K cuts of the corpus into pairs, epoch e trains on draw e % K; None: one, or
     every draw a shard folder holds). The masks: `masking` (a `MaskingConfig`, BERT's by
     default), `mask_schedule` ("dynamic": a new mask each epoch; "static": epoch e uses mask
-    copy e % `dupe_factor`; None: dynamic for the train split, static otherwise, so a
+    copy e % `mask_copies`; None: dynamic for the train split, static otherwise, so a
     validation loss is always measured on the same masks), `whole_word` and `return_word_ids`
     (`PretrainingCollator`). The batches: `batch_size`, `shuffle` (a (seed, epoch)
     permutation), `sampler` (a Sampler, a function dataset -> Sampler, or "distributed" under
@@ -573,7 +625,7 @@ class LoaderOptions:
     pair_draws: int | None = None
     masking: MaskingConfig = BERT_MASKING
     mask_schedule: str | None = None
-    dupe_factor: int = 1
+    mask_copies: int = 1
     whole_word: bool = False
     return_word_ids: bool = False
     shuffle: bool = True
@@ -624,8 +676,8 @@ def pretraining_loader(
         raise ValueError(f"split={split!r} is not known; use one of {SPLITS} or None")
     schedule = options.mask_schedule or ("dynamic" if split in ("train", None) else "static")
     examples = _examples(source, tokenizer, split, options, seed, word_ids is not None)
-    dataset = NspDataset(examples, word_ids=word_ids, seed=seed, mask_schedule=schedule,
-                         dupe_factor=options.dupe_factor)
+    dataset = PretrainingDataset(examples, word_ids=word_ids, seed=seed, mask_schedule=schedule,
+                         mask_copies=options.mask_copies)
     if len(dataset) == 0:
         info = getattr(examples, "info", {})
         if info.get("documents") and info.get("one_sentence_docs") == info["documents"]:
@@ -643,7 +695,8 @@ def pretraining_loader(
     first = None if isinstance(source, (str, Path)) else source[0]
     built = options.pairs if first is None or isinstance(first, Document) else None
     loading = dict(collate_fn=collate, num_workers=options.num_workers,
-                   pin_memory=options.pin_memory, seed=seed, pairs=built)
+                   pin_memory=options.pin_memory, seed=seed, pairs=built,
+                   max_seq_len=_pair_length(dataset, options, built))
     if options.group_by_length:
         return EpochLoader(dataset, batch_sampler=_grouped_batches(dataset, options, seed),
                            **loading)
@@ -651,7 +704,15 @@ def pretraining_loader(
                        sampler=_sampler(dataset, options, seed), **loading)
 
 
-def _sampler(dataset: NspDataset, options: LoaderOptions, seed: int) -> Sampler | None:
+def _pair_length(dataset: PretrainingDataset, options: LoaderOptions, built: str | None) -> int | None:
+    """Return the length the loader's examples were cut at: the shards' own, the one asked for
+    from Documents, or None for ready-made examples (their builder's)."""
+    if isinstance(dataset.examples, ShardExamples):
+        return dataset.examples.meta["max_seq_len"]
+    return options.max_seq_len if built else None
+
+
+def _sampler(dataset: PretrainingDataset, options: LoaderOptions, seed: int) -> Sampler | None:
     """Return `pretraining_loader`'s sampler from `options.sampler` (see `LoaderOptions`)."""
     sampler, shuffle = options.sampler, options.shuffle
     if sampler == "distributed":
@@ -666,7 +727,7 @@ def _sampler(dataset: NspDataset, options: LoaderOptions, seed: int) -> Sampler 
     return sampler
 
 
-def _grouped_batches(dataset: NspDataset, options: LoaderOptions,
+def _grouped_batches(dataset: PretrainingDataset, options: LoaderOptions,
                      seed: int) -> LengthGroupedBatchSampler:
     """Return `pretraining_loader`'s batch sampler for `options.group_by_length` (this
     process's share of each global batch under torchrun, with `sampler="distributed"`)."""

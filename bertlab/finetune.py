@@ -1,16 +1,23 @@
-"""[CLS] classification: fine-tuning a pretrained encoder, the same model trained from scratch,
-and the comparison of every downstream method.
+"""[CLS] downstream: what pretraining is worth on a classification task, measured four ways.
 
+Every method returns the same `ClassificationResult` (accuracy, macro-F1, confusion matrix on a
+held-out split), so their tables line up. Read top to bottom:
+
+- The task: `load_task` reads a named task (`TASKS`, "bbc-topic") or your own labelled folder
+  or file; `labelled_splits` sets its training, validation and evaluation documents apart.
+- The inputs, [CLS] title + first sentences [SEP] (`document_chunks`), and the metrics every
+  method reports (`classification_metrics`).
+- `linear_probe`: the encoder frozen, logistic regression on its [CLS] vectors (`cls_features`):
+  what the pretraining alone put into [CLS].
+- `tfidf_baseline`: TF-IDF word and bigram counts + logistic regression, no neural network.
 - `finetune_classifier`: a pretrained encoder + a fresh linear layer on the pooled [CLS] vector,
   all weights trained (the recipe of the BERT paper, section 4), with the training loop of
-  `bertlab.train` and a classification loss;
-- `from_scratch`: the same architecture and recipe from random weights (what pretraining is
-  worth);
-- `compare_downstream`: both, beside the linear probe and TF-IDF of `bertlab.finetune`, on a
-  named task; `format_table` prints them side by side.
+  `bertlab.train` and a classification loss; `FinetuneConfig` holds its settings.
+  `from_scratch`: the same architecture and recipe from random weights (the gap to it is what
+  pretraining is worth).
+- `compare_downstream`: all four on one task; `format_table` prints them side by side.
 
-Inputs, splits and results are those of `bertlab.finetune`: every method returns the same
-`ClassificationResult`.
+Taught in notebooks/06_cls_and_downstream.ipynb.
 """
 
 from __future__ import annotations
@@ -40,21 +47,6 @@ from bertlab.errors import BadInput, check_number
 from bertlab.model import BertConfig, BertForSequenceClassification, BertModel
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Objective, TrainConfig, train_loop
-
-# --- from downstream.py ---
-# [CLS] downstream: the classification task, frozen [CLS] features, the linear probe, the TF-IDF
-# baseline, and the metrics every method reports.
-#
-# Every method returns the same `ClassificationResult` (accuracy, macro-F1, confusion matrix on a
-# held-out split), so their tables line up: `linear_probe` (the encoder frozen; logistic regression
-# on its [CLS] vectors: what the pretraining alone put into [CLS]), `tfidf_baseline` (TF-IDF word
-# and bigram counts + logistic regression, no neural network), and in `bertlab.finetune` the
-# fine-tuned encoder, the same from random weights, and `compare_downstream` running all four.
-#
-# Inputs: one segment, `[CLS] title + first sentences [SEP]`, cut to `max_seq_len` tokens. News
-# is written as an inverted pyramid (the headline and first paragraph say what the story is about),
-# so the start of an article is where its topic lives; `max_chunks > 1` also reads the rest of
-# the document in windows and averages over them.
 
 POOLINGS = ("pooled", "cls", "mean")  # which vector of the encoder a probe reads
 PROBE_C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse regularisation strengths tried on validation
@@ -238,6 +230,10 @@ def labelled_splits(docs: Sequence[Document], labels: Sequence[str] | None, *, e
 
 # ---------------------------------------------------------------------------------------------
 # Inputs: [CLS] title + first sentences [SEP]
+#
+# One segment, cut to `max_seq_len` tokens. News is written as an inverted pyramid (the headline
+# and first paragraph say what the story is about), so the start of an article is where its topic
+# lives; `max_chunks > 1` also reads the rest of the document in windows and averages over them.
 
 
 def document_text(doc: Document) -> str:
@@ -570,6 +566,9 @@ def tfidf_baseline(docs: Sequence[Document], labels: Sequence[str] | None = None
                "fit_seconds": time.perf_counter() - start}
     return task.result(method, pred, details)
 
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning: every weight trained on the task, from pretrained or from random weights
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
 # The settings the `finetune` command has a flag for (`--epochs`...), named in their errors.

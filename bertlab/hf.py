@@ -1,10 +1,16 @@
 """Hugging Face interop: map weights to and from `transformers` BERT names; export and import.
 
-A folder written by `save_hf` loads with `transformers.BertForPreTraining.from_pretrained(dir)`
-and `BertTokenizerFast.from_pretrained(dir)`; `load_hf` reads such folders (ours or Hugging
-Face's) back. Nothing here imports `transformers`: the files are plain JSON and safetensors.
+Read top to bottom: the state-dict mapping (`to_hf_state_dict`, `from_hf_state_dict`), the
+config.json fields, the export and the import. A folder written by `save_hf` loads with
+`transformers.BertForPreTraining.from_pretrained(dir)` and
+`BertTokenizerFast.from_pretrained(dir)`; `load_hf` reads such folders (ours or Hugging Face's)
+back. The files are plain JSON and safetensors, so none of this imports `transformers`.
 
-Taught in notebooks/04_encoder.ipynb
+Last, bertlab's masking inside Hugging Face's `transformers.Trainer`: `mask_epoch_callback`
+tells bertlab's collator the Trainer's epoch, so that each epoch gets new masks (it imports
+`transformers` when it is called).
+
+Taught in notebooks/04_encoder.ipynb and notebooks/09_your_own_corpus.ipynb.
 """
 
 from __future__ import annotations
@@ -534,8 +540,8 @@ def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
                                   f"folder))")
 
 
-# --- from hf_trainer.py ---
-# bertlab's masking inside Hugging Face's `transformers.Trainer`.
+# ---------------------------------------------------------------------------------------------
+# bertlab's masking inside Hugging Face's `transformers.Trainer`
 #
 # `PretrainingCollator` is the Trainer's `data_collator` as it is: rows of a `datasets.Dataset`
 # with `input_ids` (and optionally `token_type_ids`, `next_sentence_label`, `word_ids`) and an
@@ -550,7 +556,7 @@ def load_hf_tokenizer(folder: str | Path) -> Tokenizer:
 #
 # The Trainer's sampler orders the rows by its own seed, not bertlab's `EpochShuffleSampler`:
 # the masks of an example match a bertlab run with the same seed, the order of the batches does
-# not. Nothing here imports `transformers` until a callback is asked for.
+# not. `mask_epoch_callback` imports `transformers` only when it is called.
 
 INSTALL = "pip install 'transformers>=4.40' accelerate"
 

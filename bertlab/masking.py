@@ -6,8 +6,12 @@ BERT's recipe has three steps, one function each, and the "15%" belongs to the f
 2. `perturb_targets`: each target's input -> [MASK] 80%, a random token 10%, left unchanged 10%;
 3. `label_targets`: the original id at every target, -100 (ignored by the loss) everywhere else.
 
-`mask_tokens` runs the three on a whole batch with tensor operations; `mask_tokens_reference` is
-the plain Python loop the course starts from.
+Read top to bottom: `IGNORE_INDEX`, the -100 label that the data, the model and the metrics
+share; the random draws (`example_seed`, `Draws`), which give a row the same mask whatever batch
+or process it lands in; `MaskingConfig`, every setting with BERT's values; the three steps, and
+`mask_tokens`, which runs them on a whole batch with tensor operations; `mask_tokens_reference`,
+the plain Python loop the course starts from; and the word ids that whole-word masking reads
+(`word_ids_from_encoding`).
 
 Taught in notebooks/02_masked_lm.ipynb.
 """
@@ -29,21 +33,18 @@ from tokenizers import Encoding, Tokenizer
 from bertlab.errors import flag_of
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
 
-# --- from labels.py ---
-# The one constant that masking, the data, the model and the metrics share: `IGNORE_INDEX`.
+# --------------------------------------------------------------------------------------------
+# The label of what is not predicted
 #
 # A label of -100 marks a position (or a pair) that is not predicted and adds nothing to the loss:
 # PyTorch's cross-entropy skips it by default (`ignore_index=-100`), and `transformers` uses the
-# same value. It lives here, below both the masking that writes it and the model that reads it,
-# so that each imports it from one place.
-#
-# Taught in notebooks/02_masked_lm.ipynb
+# same value. Masking writes it; the data, the model and the metrics import it from here.
 
 IGNORE_INDEX = -100  # the label of a position that is not predicted (cross-entropy's default)
 
 
-# --- from draws.py ---
-# Counter-based random draws for masking: splitmix64 hashes of (row seed, position, kind of draw).
+# --------------------------------------------------------------------------------------------
+# Counter-based random draws: splitmix64 hashes of (row seed, position, kind of draw)
 #
 # A row's draws depend only on its seed, never on which batch, worker, process or device the row
 # lands in, so masks are reproducible however the data is split. `example_seed` builds the row
@@ -96,7 +97,7 @@ def example_seed(seed: int, epoch_or_dupe: int, index: int | torch.Tensor) -> in
     Pass the result as `mask_tokens(..., row_seeds=...)`. Dynamic masking (RoBERTa): use the epoch,
     so every epoch gets a fresh mask, identical on any number of processes or workers. Static
     masking with a dupe factor (Google's `create_pretraining_data.py`): use the copy number
-    0..dupe_factor-1 and keep it fixed across epochs. `index` may be an int (returns an int) or a
+    0..mask_copies-1 and keep it fixed across epochs. `index` may be an int (returns an int) or a
     LongTensor of indices (returns a LongTensor of seeds, same values). Seeds are non-negative.
 
     Taught in notebooks/02_masked_lm.ipynb.
@@ -200,8 +201,11 @@ class Draws:
         return u, None if n is None else ((z & _LOW32) * n) >> 32
 
 
+# --------------------------------------------------------------------------------------------
+# Masking: the settings, the three steps, and mask_tokens
+
 SELECTIONS = ("bernoulli", "exact")
-# Kinds of random draw: each gets its own counter stream (see bertlab.masking), so they are independent.
+# Kinds of random draw: each gets its own counter stream (see `Draws`), so they are independent.
 _SELECT, _DECIDE, _WORD_SELECT, _WORD_DECIDE = range(4)
 
 
@@ -298,7 +302,7 @@ def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]
                      f"or (B, T) for a batch (reshape to (-1, T) first)")
 
 
-class _Batch(NamedTuple):
+class _Prepared(NamedTuple):
     """The checked arguments every step takes: the ids as (B, T), whether they came as one (T,)
     sequence, the shape they came in (for messages), the vocabulary and the randomness."""
 
@@ -310,14 +314,14 @@ class _Batch(NamedTuple):
 
 
 def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Generator | None,
-             row_seeds: Any, selected: Any = None) -> _Batch:
+             row_seeds: Any, selected: Any = None) -> _Prepared:
     # The arguments every step takes: the ids (and a selection), the vocabulary, the randomness.
     ids, squeeze = _as_batch(input_ids, selected)  # (B, T); squeeze: input_ids was one (T,)
     specials = special_ids(tokenizer_or_special_ids)
     if generator is not None and row_seeds is not None:
         raise ValueError("pass either generator= or row_seeds=, not both")
     if row_seeds is None:
-        return _Batch(ids, squeeze, tuple(input_ids.shape), specials,
+        return _Prepared(ids, squeeze, tuple(input_ids.shape), specials,
                       Draws(generator, None, ids.device))
     if isinstance(row_seeds, (int, list, tuple)) and not isinstance(row_seeds, bool):
         row_seeds = torch.atleast_1d(torch.tensor(row_seeds, dtype=torch.int64))  # an int: (1,)
@@ -329,7 +333,7 @@ def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Gen
     if tuple(row_seeds.shape) != (len(ids),):
         raise ValueError(f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has "
                          f"{len(ids)} row(s); pass one seed per row, shape ({len(ids)},)")
-    return _Batch(ids, squeeze, tuple(input_ids.shape), specials,
+    return _Prepared(ids, squeeze, tuple(input_ids.shape), specials,
                   Draws(None, row_seeds.to(ids.device, torch.int64), ids.device))
 
 
@@ -498,7 +502,7 @@ def select_targets(
     return _select(batch, masking, word_ids, attention_mask)
 
 
-def _select(prepared: _Batch, masking: MaskingConfig, word_ids: Any,
+def _select(prepared: _Prepared, masking: MaskingConfig, word_ids: Any,
             attention_mask: torch.Tensor | None) -> torch.Tensor:
     # Step 1 on checked arguments (`_prepare`).
     ids, squeeze, _, specials, draws = prepared
@@ -563,7 +567,7 @@ def perturb_targets(
     return _perturb(batch, selected, masking, word_ids, return_decisions)
 
 
-def _perturb(prepared: _Batch, selected: torch.Tensor, masking: MaskingConfig, word_ids: Any,
+def _perturb(prepared: _Prepared, selected: torch.Tensor, masking: MaskingConfig, word_ids: Any,
              return_decisions: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     # Step 2 on checked arguments (`_prepare`).
     squeeze, specials, draws = prepared.squeeze, prepared.specials, prepared.draws
@@ -624,7 +628,7 @@ def mask_tokens(
 
     Randomness: `generator` (a torch.Generator; reproducible for a given batch) or `row_seeds`
     (one int64 seed per row): row i's draws are a counter-based hash (splitmix64; see
-    bertlab.masking) of (seed, position, kind of draw), so a row's mask depends only on its seed and
+    `Draws`) of (seed, position, kind of draw), so a row's mask depends only on its seed and
     its tokens, never on which batch, worker, process or device it lands in, nor on how far the
     batch is padded. Build row seeds with `example_seed(seed, epoch_or_dupe, index)`. Neither
     given: torch's global generator. The three steps called in turn with the same generator (or
@@ -698,6 +702,10 @@ def mask_tokens_reference(
             decisions.append(Decision.KEEP)
         labels.append(token)  # step 3: predict the original, whatever the input shows
     return (masked, labels, decisions) if return_decisions else (masked, labels)
+
+
+# --------------------------------------------------------------------------------------------
+# Word ids: which tokens whole-word masking treats as one word
 
 
 def continuing_prefix(tokenizer: Tokenizer) -> str:

@@ -1,19 +1,21 @@
-"""The BERT encoder and its two pretraining heads, with the loss, in one file.
+"""The BERT encoder, its two pretraining heads with their loss, and the classifier, in one file.
 
-Read top to bottom: the config and its presets, then the modules in the order data flows
-through them (embeddings -> attention -> feed-forward -> layer -> encoder -> heads), with the
-pretraining loss (defined once, here) and fill-mask on token ids beside the model. Numerics
-follow the original BERT (erf GELU, post-LN, LayerNorm eps 1e-12, tanh pooler, MLM decoder tied
-to the word embeddings), so that `bertlab.hf` can map weights to and from
-`transformers.BertForPreTraining` and get the same numbers. Imports only torch and the label
-constant; parameter and FLOP counts are in `bertlab.engine.sizes`.
+Read top to bottom: the config and its presets (`BertConfig`), then the modules in the order
+data flows through them (embeddings -> attention -> feed-forward -> layer -> encoder `BertModel`
+-> heads), then the pretraining loss (defined once, here) and `BertForPreTraining`, with
+fill-mask on token ids beside it; last, `BertForSequenceClassification`, the same encoder with
+a linear layer on [CLS], which fine-tuning trains. Numerics follow the original BERT (erf GELU,
+post-LN, LayerNorm eps 1e-12, tanh pooler, MLM decoder tied to the word embeddings), so that
+`bertlab.hf` can map weights to and from `transformers.BertForPreTraining` and get the same
+numbers. Imports only torch and the label constant (`bertlab.masking.IGNORE_INDEX`); parameter
+and FLOP counts are in `bertlab.engine.sizes`.
 
 This is the textbook form: every forward takes the inputs a reader expects and returns one shape
-per field. The training step runs the same weights through `bertlab.engine.fast`, which adds what only
-speed needs (the last block at the MLM targets only, a fixed number of MLM rows for
+per field. The training step runs the same weights through `bertlab.engine.fast`, which adds
+what only speed needs (the last block at the MLM targets only, a fixed number of MLM rows for
 torch.compile, unpadding); tests keep the two equal.
 
-Taught in notebooks/04_encoder.ipynb
+Taught in notebooks/04_encoder.ipynb and notebooks/06_cls_and_downstream.ipynb.
 """
 
 from __future__ import annotations
@@ -138,15 +140,20 @@ class EncoderOutput:
 
 @dataclass
 class PreTrainingOutput:
-    """What `BertForPreTraining` returns. `mlm_logits` has one row per predicted position, in
-    row-major order: the targets (labels != -100) when labels are given, else every position."""
+    """What `BertForPreTraining` returns. Exactly one of the MLM head's two outputs is set:
+    without labels the head predicts every position (`mlm_logits`); with labels it runs at the
+    targets alone (`target_logits`), since the loss needs no other row and the V-wide matmul is
+    the head's cost."""
 
     loss: torch.Tensor | None  # () mlm_loss + nsp_loss, or whichever has labels
     mlm_loss: torch.Tensor | None  # () mean over the targets
     nsp_loss: torch.Tensor | None  # () mean over the pairs
-    mlm_logits: torch.Tensor  # (N, V): N targets, or N = B*T without labels
+    mlm_logits: torch.Tensor | None  # (B, T, V) without labels; None with labels
     nsp_logits: torch.Tensor  # (B, 2)
     loss_sums: dict[str, torch.Tensor] | None = None  # behind the means: `pretraining_loss_sums`
+    # (N, V) with labels: N = the labels that are not -100, in row-major order, so row i pairs
+    # with labels[labels != -100][i]; None without labels.
+    target_logits: torch.Tensor | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,12 +376,12 @@ def loss_counts(labels: torch.Tensor | None,
     return counts
 
 
-def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
+def pretraining_loss_sums(target_logits: torch.Tensor, labels: torch.Tensor | None,
                           nsp_logits: torch.Tensor,
                           next_sentence_label: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """Return BERT's two cross-entropies as sums, with their counts (`loss_counts`).
 
-    "mlm" with `labels` (`mlm_logits` (N, V) pairs row by row with `labels` (N,); a -100 adds
+    "mlm" with `labels` (`target_logits` (N, V) pairs row by row with `labels` (N,); a -100 adds
     nothing), "nsp" with `next_sentence_label`. Sums, not means: the model reports each loss as
     its sum over its own count (the mean, as `transformers` does), while a training step made of
     several batches (accumulation, DDP) divides each batch's sums by the whole step's counts, so
@@ -382,7 +389,7 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     """
     sums = loss_counts(labels, next_sentence_label)
     if labels is not None:
-        sums["mlm"] = F.cross_entropy(mlm_logits.float(), labels, ignore_index=IGNORE_INDEX,
+        sums["mlm"] = F.cross_entropy(target_logits.float(), labels, ignore_index=IGNORE_INDEX,
                                       reduction="sum")
     if next_sentence_label is not None:
         sums["nsp"] = F.cross_entropy(nsp_logits.float(), next_sentence_label,
@@ -390,14 +397,16 @@ def pretraining_loss_sums(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     return sums
 
 
-def pretraining_output(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
+def pretraining_output(logits: torch.Tensor, labels: torch.Tensor | None,
                        nsp_logits: torch.Tensor,
                        next_sentence_label: torch.Tensor | None) -> PreTrainingOutput:
     """Return the `PreTrainingOutput` of these logits: the loss sums and their means.
 
+    `logits` are the MLM head's: with `labels` (N,) they are (N, V), one row per label, and come
+    back as `target_logits`; without labels they are (B, T, V) and come back as `mlm_logits`.
     A batch with no MLM target gives mlm_loss = 0 (attached to the graph), not NaN.
     """
-    sums = pretraining_loss_sums(mlm_logits, labels, nsp_logits, next_sentence_label)
+    sums = pretraining_loss_sums(logits, labels, nsp_logits, next_sentence_label)
     # Means. With no target at all, cross_entropy's mean is 0/0 = NaN (transformers#16711);
     # the sum over max(count, 1) gives 0 instead, attached to the graph so backward() works,
     # and without a data-dependent branch (which would split a torch.compile graph).
@@ -405,7 +414,9 @@ def pretraining_output(mlm_logits: torch.Tensor, labels: torch.Tensor | None,
     nsp_loss = sums["nsp"] / sums["sequences"].clamp(min=1) if "nsp" in sums else None
     present = [x for x in (mlm_loss, nsp_loss) if x is not None]
     loss = sum(present[1:], present[0]) if present else None
-    return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, sums or None)
+    mlm_logits, target_logits = (None, logits) if labels is not None else (logits, None)
+    return PreTrainingOutput(loss, mlm_loss, nsp_loss, mlm_logits, nsp_logits, sums or None,
+                             target_logits)
 
 
 class BertForPreTraining(nn.Module):
@@ -433,10 +444,10 @@ class BertForPreTraining(nn.Module):
         """Return a `PreTrainingOutput` with logits and, when labels are given, the losses.
 
         With `labels` (B, T) (-100 = not predicted), the MLM head runs only at the targets:
-        `mlm_logits` is (num_targets, V), the targets in row-major order, which is where a loss
-        needs it (about 15% of the positions, and the V-wide matmul is the head's cost). Without
-        labels every position is predicted: (B*T, V). `loss` = mlm_loss + nsp_loss, or whichever
-        of the two has labels.
+        `target_logits` is (num_targets, V), the targets in row-major order, which is where a
+        loss needs it (about 15% of the positions, and the V-wide matmul is the head's cost), and
+        `mlm_logits` is None. Without labels every position is predicted: `mlm_logits` is
+        (B, T, V). `loss` = mlm_loss + nsp_loss, or whichever of the two has labels.
         """
         check_inputs(input_ids, self.config, labels=labels)
         if next_sentence_label is not None and next_sentence_label.shape != input_ids.shape[:1]:
@@ -447,9 +458,11 @@ class BertForPreTraining(nn.Module):
         if labels is not None:  # only the targets: (B*T, d) -> (N, d)
             where = (labels.flatten() != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
             h, labels = h.index_select(0, where), labels.flatten().index_select(0, where)
-        mlm_logits = self.mlm_logits(h)  # (N, d) -> (N, V)
+        logits = self.mlm_logits(h)  # (N, d) -> (N, V), or (B*T, d) -> (B*T, V) without labels
+        if labels is None:
+            logits = logits.unflatten(0, input_ids.shape)  # (B*T, V) -> (B, T, V)
         nsp_logits = self.nsp(encoded.pooler_output)  # (B, d) -> (B, 2)
-        return pretraining_output(mlm_logits, labels, nsp_logits, next_sentence_label)
+        return pretraining_output(logits, labels, nsp_logits, next_sentence_label)
 
     @torch.no_grad()
     def fill_mask(self, input_ids: torch.Tensor, mask_id: int, top_k: int = 5,
@@ -463,8 +476,8 @@ class BertForPreTraining(nn.Module):
         out = self.eval()(input_ids.to(device), token_type_ids=None if token_type_ids is None
                           else token_type_ids.to(device))
         self.train(was_training)
-        masks = (input_ids == mask_id).flatten().to(device)  # (B*T,): the rows of mlm_logits
-        probs = out.mlm_logits[masks].float().softmax(-1)  # (masks, V)
+        masks = (input_ids == mask_id).to(device)  # (B, T)
+        probs = out.mlm_logits[masks].float().softmax(-1)  # (B, T, V) -> (masks, V), row-major
         if not torch.isfinite(probs).all():  # finite weights can still overflow inside the model
             raise ValueError("the model gives NaN or inf probabilities: its weights are non-finite "
                              "or overflow (a corrupt checkpoint, or a run that diverged); use an "
@@ -473,11 +486,12 @@ class BertForPreTraining(nn.Module):
         return top.values, top.indices
 
 
-# --- from classifier.py ---
-# BERT for sequence classification: the encoder, then dropout and a linear layer on [CLS].
+# ---------------------------------------------------------------------------------------------
+# Sequence classification: the encoder, then dropout and a linear layer on [CLS]
 #
 # The same layer names as `transformers.BertForSequenceClassification` (`bert.*`, `classifier.*`),
 # so `bertlab.hf` exports and imports it; `bertlab.finetune` trains it.
+
 
 @dataclass
 class ClassificationOutput:

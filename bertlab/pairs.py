@@ -1,4 +1,22 @@
-"""pairs"""
+"""Pretraining examples: sentence pairs for NSP and SOP, single segments, and the objectives.
+
+Every builder returns `Example`s: [CLS] A [SEP] B [SEP], or [CLS] A [SEP] for a single segment,
+with the label of the pair head on [CLS]. Read top to bottom:
+
+- `Example` and `segment_ids`, the one place that computes segment ids (the loader's batches
+  included); the examples read back from shards (`bertlab.engine.shards`) are `Example`s too.
+- Next-sentence prediction: `tokenize_corpus` tokenizes the documents once, and
+  `create_nsp_examples` builds IsNext / NotNext pairs (`IS_NEXT`, `NOT_NEXT`) from them;
+  `format_pair` and `nsp_stats` show what came out.
+- Sentence-order prediction (ALBERT): `create_sop_examples`, NSP's IsNext pairs with half of
+  them swapped (`IN_ORDER`, `SWAPPED`).
+- Single segments for masked LM alone: `create_single_examples`, for text whose documents have
+  one sentence each.
+- The objectives by name (`OBJECTIVES`: "mlm", "nsp", "sop"): what each adds to the loss and
+  which examples it trains on; `check_objectives` checks the list a run trains.
+
+Taught in notebooks/03_nsp_data.ipynb and notebooks/05_pretraining.ipynb.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +31,9 @@ from bertlab.corpus import Document
 from bertlab.masking import IGNORE_INDEX, example_seed
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
 
-# --- from example.py ---
-# One pretraining example, whatever built it: a sentence pair or a single segment.
-#
-# NSP pairs (`bertlab.pairs`), sentence-order pairs (`bertlab.pairs`), single segments
-# (`bertlab.pairs`) and the examples read back from shards (`bertlab.engine.shards`) are all an
-# `Example`: [CLS] A [SEP] B [SEP], or [CLS] A [SEP] for a single segment, with the label of the
-# pair head on [CLS]. Their segment ids come from `segment_ids`, the one place that computes
-# them (the loader's batches included).
-#
-# Taught in notebooks/03_nsp_data.ipynb.
+# --------------------------------------------------------------------------------------------
+# One pretraining example, whatever built it: a sentence pair or a single segment
+
 
 def segment_ids(length: int, a_len: int) -> np.ndarray:
     """Return the segment ids (token_type_ids, int64) of an example of `length` tokens whose A
@@ -38,9 +49,9 @@ class Example:
     """One example, no padding: `input_ids` = [CLS] A [SEP] B [SEP], or [CLS] A [SEP] for a
     single segment (B is then empty).
 
-    `next_sentence_label` is the label of the pair head on [CLS]: `bertlab.pairs.IS_NEXT` /
-    `NOT_NEXT`, `bertlab.pairs.IN_ORDER` / `SWAPPED`, or -100 for a single segment (no pair
-    label). Where the text came from: A is sentences `a_sentences` (first, end; end exclusive)
+    `next_sentence_label` is the label of the pair head on [CLS]: `IS_NEXT` / `NOT_NEXT` (NSP),
+    `IN_ORDER` / `SWAPPED` (SOP), or -100 for a single segment (no pair label).
+    Where the text came from: A is sentences `a_sentences` (first, end; end exclusive)
     of tokenized document `doc_index` (id `doc_id`), B sentences `b_sentences` of document
     `b_doc_index` (None without B); `a_cut` / `b_cut` are the (front, back) token counts that
     truncation removed from each side; `draw` is the pass over the corpus that built it.
@@ -90,8 +101,8 @@ class Examples(list):
         self.info: dict = dict(info or {})
 
 
-# --- from nsp.py ---
-# Sentence-pair examples for next-sentence prediction: [CLS] A [SEP] B [SEP] with an IsNext/NotNext label.
+# --------------------------------------------------------------------------------------------
+# Next-sentence prediction (NSP): [CLS] A [SEP] B [SEP], labelled IsNext or NotNext
 #
 # The recipe follows Google's `create_pretraining_data.py` (chunk a document's sentences up to a
 # target length, split the chunk at a random sentence boundary into A and B, replace B by text
@@ -102,8 +113,6 @@ class Examples(list):
 # * `balance="exact"` (the default) makes IsNext and NotNext equally likely. In Google's rule a
 #   chunk of one sentence is always NotNext, so real text ends up ~56% NotNext
 #   (`balance="google"` keeps that rule, for comparison).
-#
-# Taught in notebooks/03_nsp_data.ipynb.
 
 IS_NEXT = 0  # B really follows A (Google and Hugging Face convention: label 0)
 NOT_NEXT = 1  # B was taken from another document (label 1)
@@ -381,7 +390,7 @@ def create_nsp_examples(
     `tokenize_corpus` (`include_title=True` there puts each title first). Examples come in
     document order; the same seed gives the same examples. Randomness: `random.Random(seed)`.
     `negatives=False` (with `balance="exact"`) makes every pair IsNext: the in-order pairs that
-    sentence-order prediction swaps (`bertlab.pairs`).
+    sentence-order prediction swaps (`create_sop_examples`).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
@@ -422,7 +431,7 @@ def format_pair(example: Example, tokenizer: Tokenizer, width: int = 96) -> str:
     """
     tokens = [tokenizer.id_to_token(i) or "?" for i in example.input_ids]
     label = {IS_NEXT: "IsNext", NOT_NEXT: "NotNext"}.get(example.next_sentence_label)
-    if label is None:  # a single segment (bertlab.pairs): no pair, no label
+    if label is None:  # a single segment (create_single_examples): no pair, no label
         lines = [f"one segment, no pair label (next_sentence_label="
                  f"{example.next_sentence_label}), len(text)={example.a_len}"]
     else:
@@ -474,8 +483,8 @@ def nsp_stats(examples: Sequence[Example]) -> dict[str, float]:
     return stats
 
 
-# --- from sop.py ---
-# Sentence-pair examples for sentence-order prediction (SOP): are A and B in their order?
+# --------------------------------------------------------------------------------------------
+# Sentence-order prediction (SOP): are A and B in their order?
 #
 # ALBERT (Lan et al. 2019) replaced next-sentence prediction by sentence-order prediction. Both
 # segments come from one document, back to back; the negative is the same two segments swapped.
@@ -485,9 +494,7 @@ def nsp_stats(examples: Sequence[Example]) -> dict[str, float]:
 # The pairs are NSP's IsNext pairs (`create_nsp_examples(negatives=False)`: the same chunking,
 # split at a sentence boundary and truncation), and half of them become [CLS] B [SEP] A [SEP].
 # They train the same 2-way head on [CLS] as NSP (the batch key stays `next_sentence_label`,
-# Hugging Face's name for that head's label): `IN_ORDER = 0`, `SWAPPED = 1`.
-#
-# Taught in notebooks/03_nsp_data.ipynb.
+# Hugging Face's name for that head's label).
 
 IN_ORDER = 0  # A, then B: the order of the document
 SWAPPED = 1  # B, then A
@@ -533,8 +540,8 @@ def create_sop_examples(
     return examples
 
 
-# --- from single.py ---
-# Single-segment examples for masked LM alone: [CLS] text [SEP], built from any document.
+# --------------------------------------------------------------------------------------------
+# Single segments for masked LM alone: [CLS] text [SEP], built from any document
 #
 # NSP and SOP pairs need documents of at least two sentences. Much of the text people bring
 # does not have them: reviews, tweets, one line per Chinese sentence. A run that trains masked
@@ -545,8 +552,7 @@ def create_sop_examples(
 #
 # The examples carry no pair label (`next_sentence_label` is -100, "not predicted"): the pair
 # head has nothing to learn or be scored on, and `bertlab.evaluate` reports no NSP figure.
-#
-# Taught in notebooks/03_nsp_data.ipynb.
+
 
 def _chunks(sents: Sequence[list[int]], max_tokens: int, short_seq_prob: float,
             rng: random.Random) -> Iterator[tuple[int, int]]:
@@ -636,16 +642,15 @@ def create_single_examples(
     return examples
 
 
-# --- from objectives.py ---
-# The pretraining objectives, by name: what each adds to the loss and which pairs it trains on.
+# --------------------------------------------------------------------------------------------
+# The pretraining objectives, by name: what each adds to the loss and which pairs it trains on
 #
 # A run trains a list of them, `("mlm",)`, `("mlm", "nsp")` (BERT) or `("mlm", "sop")` (ALBERT's
 # sentence order). Masked LM is always in; at most one pair objective trains the 2-way head on
 # [CLS] (the model has one). A new objective is a pair builder and one entry in `OBJECTIVES`:
 # the loader builds its pairs (`bertlab.data.LoaderOptions(pairs=...)`), the loss adds its
 # term (`bertlab.pretraining.pretraining_loss`), and the CLI accepts it (`--objectives`).
-#
-# Taught in notebooks/05_pretraining.ipynb
+
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
@@ -678,8 +683,8 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
                          pairs=create_sop_examples, trains=_PAIR_HEAD),
 }
 PAIRS_FOR_MLM_ONLY = "nsp"  # masked LM alone still reads [CLS] A [SEP] B [SEP] pairs, built as NSP's
-# Masked LM alone may instead read single segments, [CLS] text [SEP] (`bertlab.pairs`): the
-# input for text whose documents have one sentence each, where no pair exists.
+# Masked LM alone may instead read single segments, [CLS] text [SEP] (`create_single_examples`):
+# the input for text whose documents have one sentence each, where no pair exists.
 SINGLE = "single"
 INPUTS = ("pairs", SINGLE)  # what --segments chooses between
 

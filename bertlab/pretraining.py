@@ -12,25 +12,27 @@ Taught in notebooks/05_pretraining.ipynb
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
+from torch.utils.data import DataLoader
 
 from bertlab.config import check_train_config
+from bertlab.data import Batch, RunData, run_data_of
 from bertlab.engine.device import rank_world, resolve_compile, resolve_device
 from bertlab.engine.fast import FastPretraining, fast_inputs, target_share_bound
 from bertlab.engine.hooks import check_loader_batch
 from bertlab.errors import BadInput
-from bertlab.masking import IGNORE_INDEX, MaskingConfig
+from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.pairs import OBJECTIVES, SINGLE, check_objectives, pair_objective
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import (
-    Batch,
     Objective,
     TrainConfig,
     TrainResult,
@@ -90,10 +92,22 @@ class PretrainingObjective(Objective):
     """
 
     def __init__(self, objectives: Sequence[str] | str = BERT_OBJECTIVES,
-                 target_share: float | None = None, unpad: bool = False) -> None:
+                 target_share: float | None = None, unpad: bool = False, *,
+                 data: RunData | None = None, record: Mapping[str, Any] | None = None) -> None:
         self.objectives = check_objectives(objectives)
         self.name = ",".join(self.objectives)  # saved with every checkpoint
         self.target_share, self.unpad = target_share, unpad
+        self.data, self.record = data, dict(record or {})
+
+    def run_record(self, model: nn.Module, config: TrainConfig) -> dict[str, Any]:
+        """Return a new run's run.json: the caller's `record` (the CLI's flags and what reading
+        the corpus skipped), then what the run trains, its masking and length, the model and
+        the training settings."""
+        masking = None if self.data is None else self.data.masking
+        return {**self.record, "objectives": list(self.objectives),
+                "mlm_probability": None if masking is None else masking.mlm_probability,
+                "max_seq_len": None if self.data is None else self.data.max_seq_len,
+                "model": model.config.to_dict(), "train": config.to_dict()}
 
     def module(self, model: nn.Module) -> nn.Module:
         """Return the training step's forward over `model`'s weights."""
@@ -122,7 +136,7 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
              val_loader: Iterable[Batch] | dict[str, Iterable[Batch]] | None,
              config: TrainConfig, out_dir: str | Path | None = None,
              resume: bool = False, objectives: Sequence[str] | str = BERT_OBJECTIVES,
-             ) -> TrainResult:
+             record: Mapping[str, Any] | None = None) -> TrainResult:
     """Return a `TrainResult` after pretraining `model` on `objectives` with `config`.
 
     `objectives`: ("mlm", "nsp") is BERT's; ("mlm",) masked LM only; ("mlm", "sop") sentence
@@ -133,20 +147,25 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
     DDP and errors. Without a pair objective the pair head gets no gradient, and the history
     has no NSP figure: an untrained head's accuracy is not a result.
 
+    With `out_dir`, a new run's folder is complete: beside the checkpoints and the history go
+    the loader's tokenizer (tokenizer.json) and run.json (what it trains, the model, the
+    settings, and `record`: facts of the caller's own, such as the CLI's flags), so every
+    command of `python -m bertlab` reads it.
+
     Taught in notebooks/05_pretraining.ipynb
     """
     check_train_config(config, "pretrain")
     # A resume is checked against its checkpoint instead (the objectives, the data's digest),
     # which names what the run was started with.
     check_pretraining_loaders(train_loader, val_loader, config, objectives,
-                              vocab_size=getattr(getattr(model, "config", None), "vocab_size",
-                                                 None), pairs=not resume)
+                              vocab_size=model.config.vocab_size, pairs=not resume)
+    data = run_data_of(train_loader)
     # A compiled model gets a fixed number of MLM rows per batch shape (one graph, no nonzero),
     # sized from the training loader's masking rate when the loader says what it is.
-    masking = getattr(getattr(train_loader, "collate_fn", None), "masking", None)
     compiled = resolve_compile(config.compile, resolve_device(config.device))
-    share = target_share_bound(masking) if compiled and isinstance(masking, MaskingConfig) else None
-    objective = PretrainingObjective(objectives, target_share=share, unpad=config.unpad)
+    share = target_share_bound(data.masking) if compiled and data is not None else None
+    objective = PretrainingObjective(objectives, target_share=share, unpad=config.unpad,
+                                     data=data, record=record)
     trained = {prefix for name in objective.objectives for prefix in OBJECTIVES[name].trains}
     # Parameters only an objective outside this run trains (the pooler and the pair head, for
     # masked LM alone) get no gradient: they sit the run out (so DDP does not wait for their
@@ -170,8 +189,8 @@ _BUILT = {"nsp": "NSP pairs (IsNext/NotNext labels)", "sop": "sentence-order pai
 def check_loader_fits(loader: object, vocab_size: int, where: str) -> None:
     """Raise ValueError when a bertlab loader's tokenizer has more tokens than a model of
     `vocab_size` has rows: its ids would index past the embedding table."""
-    special = getattr(getattr(loader, "collate_fn", None), "special", None)
-    size = getattr(special, "vocab_size", None)
+    data = run_data_of(loader)
+    size = None if data is None else data.special.vocab_size
     if size is not None and size > vocab_size:
         raise ValueError(f"{where}: the loader's tokenizer has {size} tokens but the model's "
                          f"vocabulary has {vocab_size}, so its ids run past the embedding "
@@ -193,7 +212,7 @@ def check_pretraining_loaders(train_loader: Iterable[Batch],
     vocabulary."""
     names = check_objectives(objectives)
     check_loader_batch(train_loader, config, rank_world()[1])
-    dataset = getattr(train_loader, "dataset", None)
+    dataset = train_loader.dataset if isinstance(train_loader, DataLoader) else None
     if isinstance(dataset, Sized) and config.batch_size > len(dataset):
         raise ValueError(f"batch_size={config.batch_size} is larger than the {len(dataset)} "
                          f"training examples: every step would train on those {len(dataset)} "
@@ -204,7 +223,8 @@ def check_pretraining_loaders(train_loader: Iterable[Batch],
     for role, loader in {"training": train_loader, **loaders}.items():
         if vocab_size is not None:
             check_loader_fits(loader, vocab_size, f"pretrain ({role} loader)")
-        built = getattr(loader, "pairs", None)
+        data = run_data_of(loader)
+        built = None if data is None else data.pairs
         if not pairs or pair is None or built is None or built == pair:
             continue
         raise ValueError(f"objectives {','.join(names)}: {pair} trains the pair head on "
@@ -218,8 +238,8 @@ KINDS = ("mask", "random", "kept")  # what the model sees at a target: [MASK], a
 
 def loader_mask_id(loader: object) -> int | None:
     """Return the [MASK] id a bertlab loader's collator uses (None for any other iterable)."""
-    special = getattr(getattr(loader, "collate_fn", None), "special", None)
-    return getattr(special, "mask", None)
+    data = run_data_of(loader)
+    return None if data is None else data.special.mask
 
 
 @torch.no_grad()
@@ -271,15 +291,15 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
             out = forward(**batch)  # the step's arithmetic: the last block at the targets
         labels, nsp_label = batch["labels"], batch["next_sentence_label"]
         where = labels != IGNORE_INDEX
-        targets = labels[where]  # row-major: the order of out.mlm_logits' rows
+        targets = labels[where]  # (N,) row-major: the order of out.target_logits' rows
         for key, value in out.loss_sums.items():
             total[key] += value.item()
-        hit = out.mlm_logits.argmax(-1) == targets
+        hit = out.target_logits.argmax(-1) == targets  # (N, V) -> (N,)
         total["mlm_correct"] += hit.sum().item()
         total["nsp_correct"] += (out.nsp_logits.argmax(-1) == nsp_label).sum().item()
         if mask_id is not None:
             shown = batch["input_ids"][where]
-            losses = F.cross_entropy(out.mlm_logits.float(), targets, reduction="none")
+            losses = F.cross_entropy(out.target_logits.float(), targets, reduction="none")
             kind = {"mask": shown == mask_id, "kept": shown == targets}
             kind["random"] = ~(kind["mask"] | kind["kept"])
             for name, rows in kind.items():

@@ -1,6 +1,19 @@
-"""WordPiece tokenizers trained with the `tokenizers` library (Rust), cached on disk.
+"""WordPiece: a vocabulary learnt from a corpus, and the tokenizer that cuts text with it.
 
-Taught in notebooks/01_corpus_and_tokenizer.ipynb.
+Read top to bottom:
+
+- Learning the vocabulary: the text normalized and split into words as Google's BERT does
+  (`count_words`), then the merge loop (`wordpiece_vocabulary`). The trainer is bertlab's own,
+  deterministic where the `tokenizers` library's trainer breaks ties differently on each run.
+- The tokenizer: `train_tokenizer` wraps that vocabulary in a `tokenizers` (Rust) `Tokenizer`
+  and caches it on disk; `save_tokenizer`, `load_tokenizer` and `tokenizer_from_vocab` (a BERT
+  vocab.txt) write and read one; `special_ids` gives the ids of [PAD] [UNK] [CLS] [SEP] [MASK];
+  `unk_rate` says how much of a text the vocabulary misses.
+- Chinese: `chinese_word_ids` maps a gold word segmentation onto the tokens, for whole-word
+  masking. Last, the checks that a tokenizer fits a model (`check_tokenizer_fits`) or has
+  another's vocabulary (`check_same_vocabulary`).
+
+Taught in notebooks/01_corpus_and_tokenizer.ipynb and notebooks/08_chinese_bert.ipynb.
 """
 
 from __future__ import annotations
@@ -30,11 +43,8 @@ from tokenizers import (
 from bertlab.corpus import Document
 from bertlab.engine.files import atomic_write_json, atomic_write_text
 
-# --- from wordpiece.py ---
-# Learning a WordPiece vocabulary: BERT's text normalization, word counts and the merge loop.
-#
-# `wordpiece_vocabulary` is bertlab's own trainer (deterministic, unlike the `tokenizers` trainer
-# on ties); `bertlab.tokenizer.train_tokenizer` wraps it with a cache on disk.
+# --------------------------------------------------------------------------------------------
+# Learning a WordPiece vocabulary: BERT's text normalization, word counts and the merge loop
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertlab vocabulary
@@ -234,6 +244,9 @@ def _order_by_use(merged: set[str], base: list[str], word_counts: Mapping[str, i
     return sorted(merged, key=lambda t: (-uses[t], t))
 
 
+# --------------------------------------------------------------------------------------------
+# The tokenizer: trained over that vocabulary, cached, saved and loaded
+
 # Bump when the way a tokenizer is built changes, so stale cache entries are not reused.
 _CACHE_FORMAT = 5
 
@@ -264,7 +277,8 @@ def special_ids(tokenizer: Tokenizer | SpecialIds) -> SpecialIds:
         return tokenizer
     if not isinstance(tokenizer, Tokenizer):
         raise TypeError(
-            f"expected a tokenizers.Tokenizer or bertlab.SpecialIds, got {type(tokenizer).__name__}"
+            f"expected a tokenizers.Tokenizer or bertlab.tokenizer.SpecialIds, "
+            f"got {type(tokenizer).__name__}"
         )
     ids = {}
     for token in SPECIAL_TOKENS:
@@ -372,8 +386,8 @@ def train_tokenizer(
     (about 4,550 characters plus digit/Latin pieces) whatever the ceiling.
 
     Memory: only the distinct words are held, so a one-shot iterator over a large corpus
-    (e.g. `bertlab.iter_corpus(path)`) is read once. A list is read twice on the first call
-    (fingerprint, then counting), once when the cache answers.
+    (e.g. `bertlab.engine.readers.iter_corpus(path)`) is read once. A list is read twice on the
+    first call (fingerprint, then counting), once when the cache answers.
 
     The cache key is a fingerprint of the text, every setting, this trainer's version and the
     `tokenizers` version. Beside each cached file lies the SHA-256 of its bytes and of its
@@ -479,7 +493,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         else:
             raise ValueError(
                 f"folder '{path}' has neither tokenizer.json nor vocab.txt; "
-                f"save a tokenizer there first (bertlab.save_tokenizer)"
+                f"save a tokenizer there first (bertlab.tokenizer.save_tokenizer)"
             )
     if not path.is_file():
         raise ValueError(f"tokenizer file '{path}' does not exist; check the path")
@@ -487,7 +501,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         tok = Tokenizer.from_file(str(path))
     except Exception as exc:
         raise ValueError(
-            f"'{path}' is not a tokenizers JSON file ({exc}); save one with bertlab.save_tokenizer"
+            f"'{path}' is not a tokenizers JSON file ({exc}); save one with "
+            f"bertlab.tokenizer.save_tokenizer"
         ) from None
     special_ids(tok)  # fail early, with a clear message, if a special token is missing
     return tok

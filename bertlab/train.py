@@ -1,11 +1,20 @@
-"""The training loop: one optimizer step (`train_step`), and the loop that repeats it (`train_loop`).
+"""The training loop: the optimizer, one step (`train_step`), and the loop that repeats it.
 
-`train_step` is the whole of learning: batch -> forward -> loss -> backward -> clip -> step, at
-the learning rate the schedule gives for that step. `train_loop` repeats it until the budget is
-spent; what a long run needs besides (a run folder, exact resume, Ctrl-C and SIGTERM, DDP,
-evaluation, logging, checkpoints) is one call each on `bertlab.engine.hooks.RunHooks`. The loop knows
-no objective: `bertlab.pretraining.pretrain` hands it BERT's loss, fine-tuning
-(`bertlab.finetune`) a classification loss, each as an `Objective`.
+Read top to bottom:
+
+- The optimizer: `MuonAdamW`, Muon on the encoder's hidden matrices and AdamW on the rest, held
+  together so that the loop sees one optimizer (`build_optimizer` returns it, or plain AdamW, as
+  `TrainConfig.optimizer` says).
+- `Objective`: what the loop trains, a batch's loss and the counts it is divided by. The loop
+  knows no objective of its own: `bertlab.pretraining.pretrain` hands it BERT's loss,
+  fine-tuning (`bertlab.finetune`) a classification loss.
+- `train_step` is the whole of learning: batch -> forward -> loss -> backward -> clip -> step,
+  at the learning rate the schedule gives for that step.
+- `train_loop` repeats it until the budget is spent; what a long run needs besides (a run
+  folder, exact resume, Ctrl-C and SIGTERM, DDP, evaluation, logging, checkpoints) is one call
+  each on `bertlab.engine.hooks.RunHooks`.
+
+Taught in notebooks/05_pretraining.ipynb.
 """
 
 from __future__ import annotations
@@ -21,13 +30,14 @@ import torch.distributed as dist
 from torch import nn
 
 from bertlab.config import TrainConfig, lr_at
+from bertlab.data import Batch, RunData
 from bertlab.engine.device import rank_world, wrap_model
 from bertlab.engine.hooks import RunHooks, TrainResult
 
 __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at', 'train_loop', 'train_step']
 
-# --- from optim.py ---
-# Muon for the encoder's hidden matrices, AdamW for everything else: one optimizer to the loop.
+# --------------------------------------------------------------------------------------------
+# The optimizer: Muon for the encoder's hidden matrices, AdamW for everything else
 #
 # Muon (Jordan et al. 2024; `torch.optim.Muon` since torch 2.9) keeps a momentum of the gradient
 # like SGD, but before it steps it replaces that momentum by the nearest orthogonal matrix (a few
@@ -37,13 +47,12 @@ __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at'
 # layers. Embeddings (a lookup table, and here tied to the output layer), the heads, biases and
 # LayerNorm gains stay on AdamW, as in Muon's reference setup.
 #
-# `MuonAdamW` holds one of each and looks like a single optimizer to `bertlab.train.train_loop`:
-# its `param_groups` are both optimizers' groups (the loop sets their learning rates, and
+# `MuonAdamW` holds one of each and looks like a single optimizer to `train_loop`: its
+# `param_groups` are both optimizers' groups (the loop sets their learning rates, and
 # `torch.amp.GradScaler` unscales and checks their gradients, skipping both steps together after an
 # overflow), and its state dict has the ordinary flat shape of one optimizer's, so checkpoints and
-# exact resume work unchanged.
-#
-# Taught in notebooks/05_pretraining.ipynb
+# exact resume handle it as they handle AdamW.
+
 
 def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
     """Return whether `param` is a 2-D weight inside an encoder layer (Muon's share)."""
@@ -127,7 +136,9 @@ def split_for_muon(model: nn.Module) -> tuple[list[nn.Parameter], list[tuple[str
     return hidden, rest
 
 
-Batch = dict[str, torch.Tensor]
+# --------------------------------------------------------------------------------------------
+# The loop: what it trains, one step, and the steps until the budget is spent
+
 
 
 class Objective:
@@ -138,6 +149,9 @@ class Objective:
     """
 
     name = ""
+    # What the run needs from its data (`bertlab.data.RunData`): pretraining's objective is
+    # built with its loader's; None checks and records less (fine-tuning's own batches).
+    data: RunData | None = None
 
     def counts(self, batch: Batch) -> dict[str, float]:
         """Return the batch's loss denominators (MLM targets, sequences...), on the CPU batch."""
@@ -161,6 +175,10 @@ class Objective:
     def evaluate(self, model: nn.Module, loader: Iterable[Batch], max_batches: int | None, *,
                  device: torch.device, precision: str) -> dict[str, float] | None:
         """Return the held-out metrics of a history row (None: this objective has none)."""
+        return None
+
+    def run_record(self, model: nn.Module, config: TrainConfig) -> dict[str, Any] | None:
+        """Return what a new run folder's run.json says the run trained (None: no run.json)."""
         return None
 
 

@@ -216,7 +216,7 @@ def whole_word_scores(model: nn.Module, loader: Any, max_batches: int | None = N
                         batch["token_type_ids"].to(device), labels=labels.to(device))
             where = labels != IGNORE_INDEX
             predictions = torch.full_like(labels, IGNORE_INDEX)
-            predictions[where] = out.mlm_logits.argmax(-1).cpu()  # (N,) in row-major order
+            predictions[where] = out.target_logits.argmax(-1).cpu()  # (N,) in row-major order
             totals["targets"] += int(where.sum())
             totals["correct"] += int((predictions[where] == labels[where]).sum())
             for prefix, min_tokens in (("words", 1), ("multi", 2)):

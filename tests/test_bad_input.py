@@ -554,9 +554,9 @@ def test_finetune_reads_a_task_that_is_not_utf8_as_the_message_says(world, capsy
 
 def test_a_refusal_once_the_process_group_is_up_closes_it(world, capsys, monkeypatch):
     # Under torchrun a rank that leaves without closing its group can abort the process.
-    import bertlab.cli as cli
+    import bertlab.engine.run as run
     closed: list[bool] = []
-    monkeypatch.setattr(cli, "close_distributed", lambda together=True: closed.append(together))
+    monkeypatch.setattr(run, "close_distributed", lambda together=True: closed.append(together))
     assert main(expand("pretrain --corpus {corpus} --out {run} TINY", world)) == 2
     assert "--resume" in capsys.readouterr().err
     assert closed == [False]  # closed without a barrier: the other ranks may be elsewhere

@@ -9,13 +9,16 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass
+from pathlib import Path
 
 import pytest
 
-from bertlab import cli
-from bertlab.cli import _add_dataclass_flags, build_parser, main
+from bertlab.cli import build_parser, main
+from bertlab.course import demo
+from bertlab.engine import run
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import recipe
+from bertlab.engine.run import add_dataclass_flags
 from bertlab.train import TrainConfig
 
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -57,9 +60,9 @@ def test_a_field_type_without_a_flag_kind_stops_the_parser_naming_the_field():
 
     group = argparse.ArgumentParser().add_argument_group("settings")
     with pytest.raises(TypeError, match=r"Settings\.layers has type list\[int\], .*add it to "
-                                        r"_FLAG_KINDS in bertlab/cli\.py"):
-        _add_dataclass_flags(group, Settings, None, {})
-    _add_dataclass_flags(group, Settings, ["steps"], {})  # a field without a flag is not looked at
+                                        r"_FLAG_KINDS in bertlab/engine/run\.py"):
+        add_dataclass_flags(group, Settings, None, {})
+    add_dataclass_flags(group, Settings, ["steps"], {})  # a field without a flag is not looked at
 
 
 def test_flag_kinds_come_from_the_annotation_whether_written_as_text_or_as_a_type():
@@ -67,7 +70,7 @@ def test_flag_kinds_come_from_the_annotation_whether_written_as_text_or_as_a_typ
     plain = make_dataclass("Plain", [("limit", int | None, 3), ("fast", bool, False),
                                      ("betas", tuple[float, float], (0.9, 0.99))])
     parser = argparse.ArgumentParser()
-    _add_dataclass_flags(parser.add_argument_group("plain"), plain, None, {})
+    add_dataclass_flags(parser.add_argument_group("plain"), plain, None, {})
     assert vars(parser.parse_args([])) == {}  # absent flags leave the dataclass defaults
     assert vars(parser.parse_args(["--limit", "none", "--no-fast", "--betas", "0.8", "0.9"])) == {
         "limit": None, "fast": False, "betas": [0.8, 0.9]}
@@ -209,7 +212,7 @@ def test_a_run_that_never_saved_a_checkpoint_is_kept_until_the_user_removes_it(c
 
 def test_demo_may_reuse_its_own_folder(tmp_path, monkeypatch):
     ran = []
-    monkeypatch.setattr(cli, "run_demo", lambda out, **settings: ran.append(out))
+    monkeypatch.setattr(demo, "run_demo", lambda out, **settings: ran.append(out))
     out = tmp_path / "demo"
     (out / "run").mkdir(parents=True)
     (out / "curves.png").write_bytes(b"png")
@@ -392,7 +395,7 @@ def test_validate_also_adds_a_history_column_set_per_length(corpus, tmp_path, ca
 def test_the_first_line_says_what_the_run_trains_not_the_recipes_defaults():
     def first_line(*flags: str) -> str:
         args = build_parser().parse_args(["pretrain", "--out", "unused", *flags])
-        return cli._recipe_line(cli._pretrain_settings(args, cli.Path(args.corpus)))
+        return run._recipe_line(run._pretrain_settings(args, Path(args.corpus)))
 
     course = recipe("course")
     assert first_line() == f"recipe: course (40% masked, MLM only, muon); {course.summary}"

@@ -16,8 +16,8 @@ from bertlab.data import (
     EpochLoader,
     EpochShuffleSampler,
     LoaderOptions,
-    NspDataset,
     PretrainingCollator,
+    PretrainingDataset,
     ShardedEpochSampler,
     pretraining_loader,
 )
@@ -50,7 +50,7 @@ def masked_rows(batch):
 def test_collate_returns_exact_keys_padding_and_labels(setup):
     tok, _, examples = setup
     special = special_ids(tok)
-    ds = NspDataset(examples)
+    ds = PretrainingDataset(examples)
     items = [ds[i] for i in (0, 5, 9, 17)]
     for multiple in (None, 8):
         batch = PretrainingCollator(tok, pad_to_multiple_of=multiple)(items)
@@ -77,27 +77,27 @@ def test_collate_returns_exact_keys_padding_and_labels(setup):
 
 def test_mask_depends_on_seed_epoch_index_not_on_the_batch(setup):
     tok, _, examples = setup
-    ds = NspDataset(examples, seed=7)
+    ds = PretrainingDataset(examples, seed=7)
     collate = PretrainingCollator(tok)
     alone = masked_rows(collate([ds[3]]))[0]
     mixed = masked_rows(collate([ds[40], ds[3], ds[11]]))[1]
     assert alone == mixed
     ds.set_epoch(1)
     assert masked_rows(collate([ds[3]]))[0] != alone  # dynamic: a new mask next epoch
-    other_seed = NspDataset(examples, seed=8)
+    other_seed = PretrainingDataset(examples, seed=8)
     assert masked_rows(collate([other_seed[3]]))[0] != alone
     assert ds[3]["row_seed"] == example_seed(7, 1, 3)
 
 
-def test_static_masks_are_fixed_and_cycle_with_dupe_factor(setup):
+def test_static_masks_are_fixed_and_cycle_with_mask_copies(setup):
     tok, _, examples = setup
     collate = PretrainingCollator(tok)
-    static = NspDataset(examples, mask_schedule="static")
+    static = PretrainingDataset(examples, mask_schedule="static")
     first = masked_rows(collate([static[i] for i in range(8)]))
     for epoch in (1, 5):
         static.set_epoch(epoch)
         assert masked_rows(collate([static[i] for i in range(8)])) == first
-    cycled = NspDataset(examples, mask_schedule="static", dupe_factor=2)
+    cycled = PretrainingDataset(examples, mask_schedule="static", mask_copies=2)
     seen = []
     for epoch in range(3):
         cycled.set_epoch(epoch)
@@ -108,7 +108,7 @@ def test_static_masks_are_fixed_and_cycle_with_dupe_factor(setup):
 def test_whole_word_masks_every_piece_of_a_word(setup):
     tok, _, examples = setup
     vocab = {i: t for t, i in tok.get_vocab().items()}
-    ds = NspDataset(examples, seed=1)
+    ds = PretrainingDataset(examples, seed=1)
     batch = PretrainingCollator(tok, MaskingConfig(mlm_probability=0.3), whole_word=True)([ds[i] for i in range(40)])
     special = set(special_ids(tok).all)
     checked = 0
@@ -132,8 +132,8 @@ def fake_word_ids(example):
 def test_whole_word_uses_the_items_word_ids_when_they_carry_them(setup):
     tok, _, examples = setup
     words = [fake_word_ids(e) for e in examples[:40]]
-    own = NspDataset(examples[:40], word_ids=words, seed=1)
-    plain = NspDataset(examples[:40], seed=1)
+    own = PretrainingDataset(examples[:40], word_ids=words, seed=1)
+    plain = PretrainingDataset(examples[:40], seed=1)
     assert own[3]["word_ids"].tolist() == [-1 if w is None else w for w in words[3]]
     assert "word_ids" not in plain[3]
     whole = PretrainingCollator(tok, MaskingConfig(mlm_probability=0.3), whole_word=True,
@@ -163,7 +163,7 @@ def test_whole_word_uses_the_items_word_ids_when_they_carry_them(setup):
 def test_collator_pickles_and_rejects_bad_options(setup):
     tok, _, examples = setup
     collate = pickle.loads(pickle.dumps(PretrainingCollator(tok, whole_word=True)))
-    assert tuple(collate([NspDataset(examples)[0]])) == BATCH_KEYS
+    assert tuple(collate([PretrainingDataset(examples)[0]])) == BATCH_KEYS
     with pytest.raises(ValueError, match="mlm_probability"):
         PretrainingCollator(tok, MaskingConfig(mlm_probability=2.0))
     with pytest.raises(ValueError, match="whole_word=True needs the tokenizers.Tokenizer"):
@@ -172,9 +172,9 @@ def test_collator_pickles_and_rejects_bad_options(setup):
         PretrainingCollator(special_ids(tok), return_word_ids=True)
     words = [fake_word_ids(e) for e in examples[:3]]
     with pytest.raises(ValueError, match="one list per example"):
-        NspDataset(examples[:3], word_ids=words[:2])
+        PretrainingDataset(examples[:3], word_ids=words[:2])
     with pytest.raises(ValueError, match="tokens but"):
-        NspDataset(examples[:1], word_ids=[words[0][:-1]])
+        PretrainingDataset(examples[:1], word_ids=[words[0][:-1]])
     with pytest.raises(ValueError, match="pad_to_multiple_of"):
         PretrainingCollator(tok, pad_to_multiple_of=0)
 
@@ -217,7 +217,7 @@ def test_epoch_loader_moves_any_dataset_and_sampler_to_the_next_epoch():
     assert [b.tolist() for b in loader] == first
     assert [b.tolist() for b in loader] == second  # on from the chosen epoch
     assert loader.seed == 3 and EpochLoader(list(range(4))).seed is None
-    assert EpochLoader(NspDataset([], seed=9)).seed == 9  # the dataset's data seed
+    assert EpochLoader(PretrainingDataset([], seed=9)).seed == 9  # the dataset's data seed
     by_batch = EpochLoader(list(range(3)), batch_sampler=BatchRecorder(2))
     assert [b.tolist() for b in by_batch] == [[0, 1], [2]] and list(by_batch)
     assert by_batch.batch_sampler.epochs == [0, 1]
@@ -278,7 +278,7 @@ def test_loader_with_word_ids_keeps_static_masks_and_samplers(setup):
     words = [fake_word_ids(e) for e in examples]
     options = LoaderOptions(whole_word=True, shuffle=False, batch_size=16, return_word_ids=True)
     cycled = pretraining_loader(examples, tok, split=None, word_ids=words, options=replace(
-        options, mask_schedule="static", dupe_factor=2))
+        options, mask_schedule="static", mask_copies=2))
     seen = [masked_rows(next(iter(cycled))) for _ in range(3)]
     assert seen[0] == seen[2] != seen[1]
     single = pretraining_loader(examples, tok, split=None, word_ids=words, options=options)
@@ -298,7 +298,7 @@ def test_loader_errors(setup):
     with pytest.raises(ValueError, match="pass split=None"):
         pretraining_loader(examples, tok)
     with pytest.raises(ValueError, match="only applies to mask_schedule='static'"):
-        pretraining_loader(examples, tok, split=None, options=LoaderOptions(dupe_factor=3))
+        pretraining_loader(examples, tok, split=None, options=LoaderOptions(mask_copies=3))
     with pytest.raises(ValueError, match="mask_schedule='random' is not known"):
         pretraining_loader(examples, tok, split=None, options=LoaderOptions(mask_schedule="random"))
     with pytest.raises(ValueError, match="pass a bertlab.data.LoaderOptions"):

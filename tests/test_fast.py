@@ -57,9 +57,10 @@ def forward_and_backward(module: torch.nn.Module, model: BertForPreTraining, bat
 
 def assert_same(fast, textbook, rows: int | None = None) -> None:
     (out, grads), (ref, ref_grads) = fast, textbook
-    n = len(ref.mlm_logits)  # the textbook's rows: one per target
-    assert rows is None or out.mlm_logits.shape == (rows, V)
-    torch.testing.assert_close(out.mlm_logits[:n], ref.mlm_logits, atol=1e-5, rtol=1e-5)
+    n = len(ref.target_logits)  # the textbook's rows: one per target
+    assert out.mlm_logits is None and ref.mlm_logits is None  # with labels: the targets only
+    assert rows is None or out.target_logits.shape == (rows, V)
+    torch.testing.assert_close(out.target_logits[:n], ref.target_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.nsp_logits, ref.nsp_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.loss, ref.loss, atol=1e-6, rtol=1e-6)
     assert {k: int(v) for k, v in out.loss_sums.items() if k in ("targets", "sequences")} == \
@@ -96,6 +97,21 @@ def test_the_fast_forward_equals_the_textbook_model_under_the_steps_own_inputs()
         assert_same(forward_and_backward(FastPretraining(model), model, prepared), textbook)
 
 
+@pytest.mark.parametrize("unpad", [False, True])
+def test_the_fast_target_logits_are_the_textbook_logits_at_the_targets(unpad):
+    batch = padded_batch()
+    model = small_model()
+    extra = {"real_tokens": real_token_positions(batch["attention_mask"])} if unpad else {}
+    with torch.no_grad():
+        out = FastPretraining(model)(**batch, **extra)
+        everywhere = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    targets = batch["labels"] != IGNORE_INDEX  # (B, T) -> N = 5 targets
+    assert everywhere.mlm_logits.shape == (3, 16, V) and out.mlm_logits is None
+    assert out.target_logits.shape == (5, V)
+    torch.testing.assert_close(out.target_logits, everywhere.mlm_logits[targets], atol=1e-5,
+                               rtol=1e-5)
+
+
 def test_the_fast_forward_needs_labels_and_checks_its_inputs():
     batch = padded_batch()
     fast = FastPretraining(small_model())
@@ -125,8 +141,8 @@ def test_a_fixed_capacity_puts_the_targets_first_and_counts_only_them():
     batch = padded_batch()
     fast = FastPretraining(small_model())
     sparse, fixed = fast(**batch), fast(**batch, mlm_capacity=10)
-    assert fixed.mlm_logits.shape == (10, V) and sparse.mlm_logits.shape == (5, V)
-    torch.testing.assert_close(fixed.mlm_logits[:5], sparse.mlm_logits)
+    assert fixed.target_logits.shape == (10, V) and sparse.target_logits.shape == (5, V)
+    torch.testing.assert_close(fixed.target_logits[:5], sparse.target_logits)
     torch.testing.assert_close(fixed.loss, sparse.loss)
     assert fixed.loss_sums["targets"] == 5  # the extra rows are labelled -100: not counted
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import bertlab as bl
-from bertlab.data import NspDataset, PretrainingCollator
+from bertlab.data import PretrainingCollator, PretrainingDataset
 from bertlab.hf import TrainerMissingError, mask_epoch_callback
 from bertlab.masking import IGNORE_INDEX
 from bertlab.pairs import create_nsp_examples
@@ -37,7 +37,7 @@ def _mlm_rows(tok, docs) -> datasets.Dataset:
 
 
 def _nsp_rows(examples) -> datasets.Dataset:
-    items = [NspDataset(examples)[i] for i in range(len(examples))]
+    items = [PretrainingDataset(examples)[i] for i in range(len(examples))]
     return datasets.Dataset.from_dict({
         "input_ids": [it["input_ids"].tolist() for it in items],
         "token_type_ids": [it["token_type_ids"].tolist() for it in items],
@@ -146,7 +146,7 @@ def test_rows_get_the_masks_bertlabs_own_dataset_gives(setup):
     (so whatever worker), and a new one in the next epoch."""
     tok, docs = setup
     examples = create_nsp_examples(docs, tok, max_seq_len=64, seed=0)[:24]
-    own = NspDataset(examples, seed=3)
+    own = PretrainingDataset(examples, seed=3)
     rows = list(_nsp_rows(examples))
     collator = PretrainingCollator(tok, whole_word=True, seed=3)
     ours = PretrainingCollator(tok, whole_word=True)([own[i] for i in range(24)])

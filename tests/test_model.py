@@ -183,10 +183,15 @@ def test_the_mlm_head_runs_at_the_targets_only_with_the_logits_it_would_give_eve
     batch = make_batch()
     sparse = model(**batch)
     everywhere = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    targets = (batch["labels"] != IGNORE_INDEX).flatten()
-    assert sparse.mlm_logits.shape == (int(targets.sum()), V)  # one row per target
-    assert everywhere.mlm_logits.shape == (3 * 12, V)  # no labels: one row per position
-    torch.testing.assert_close(sparse.mlm_logits, everywhere.mlm_logits[targets], atol=1e-5,
+    targets = batch["labels"] != IGNORE_INDEX  # (B, T)
+    assert everywhere.mlm_logits.shape == (3, 12, V) and everywhere.target_logits is None
+    assert sparse.target_logits.shape == (int(targets.sum()), V) and sparse.mlm_logits is None
+    # Without labels: the head at every position of the encoder's output.
+    hidden = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    torch.testing.assert_close(everywhere.mlm_logits, model.mlm_logits(hidden.last_hidden_state),
+                               atol=1e-5, rtol=0)
+    # With labels: those rows at the targets, in row-major order.
+    torch.testing.assert_close(sparse.target_logits, everywhere.mlm_logits[targets], atol=1e-5,
                                rtol=0)
     torch.testing.assert_close(sparse.loss, sparse.mlm_loss + sparse.nsp_loss)
     assert all(f.name not in ("hidden_states", "attentions")
@@ -214,8 +219,8 @@ def test_loss_sums_and_counts_behind_the_mean_losses():
     torch.testing.assert_close(out.nsp_loss, sums["nsp"] / sums["sequences"], atol=0, rtol=0)
     # The same sum from the logits at every position, with every label (-100s add nothing).
     everywhere = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-    full = torch.nn.functional.cross_entropy(everywhere.mlm_logits, batch["labels"].flatten(),
-                                             reduction="sum")
+    full = torch.nn.functional.cross_entropy(everywhere.mlm_logits.flatten(0, 1),
+                                             batch["labels"].flatten(), reduction="sum")
     torch.testing.assert_close(full, sums["mlm"], atol=1e-5, rtol=1e-6)
     assert model(batch["input_ids"]).loss_sums is None
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertlab.corpus import Document
-from bertlab.data import LoaderOptions, NspDataset, pretraining_loader
+from bertlab.data import LoaderOptions, PretrainingDataset, pretraining_loader
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import recipe
 from bertlab.model import BertConfig, BertForPreTraining
@@ -175,7 +175,7 @@ def test_every_builder_gives_the_one_example_type_and_its_segment_ids(docs, tok)
         assert {type(e) for e in examples} == {Example}
         first = examples[0]
         assert first.token_type_ids == segment_ids(len(first.input_ids), first.a_len).tolist()
-        assert NspDataset(examples)[0]["token_type_ids"].tolist() == first.token_type_ids
+        assert PretrainingDataset(examples)[0]["token_type_ids"].tolist() == first.token_type_ids
         with pytest.raises(dataclasses.FrozenInstanceError):
             first.a_len = 3
 

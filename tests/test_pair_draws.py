@@ -11,8 +11,8 @@ import pytest
 import bertlab as bl
 from bertlab.data import (
     LoaderOptions,
-    NspDataset,
     PairDraws,
+    PretrainingDataset,
     ShardedEpochSampler,
     pretraining_loader,
 )
@@ -160,7 +160,7 @@ def test_bad_pair_draws_are_refused_with_the_fix(setup, tmp_path):
     with pytest.raises(ValueError, match="every draw needs examples"):
         PairDraws([examples, []])
     with pytest.raises(ValueError, match="word_ids belong to one set"):
-        NspDataset(PairDraws([examples, examples]), word_ids=[[None]] * len(examples))
+        PretrainingDataset(PairDraws([examples, examples]), word_ids=[[None]] * len(examples))
 
 
 def test_draws_beyond_memory_are_refused_before_they_are_built(setup, monkeypatch):

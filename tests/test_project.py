@@ -207,6 +207,7 @@ ENGINE = (
     "engine.fast",                                                      # fast paths
     "engine.streaming", "engine.shards",                                # data at scale
     "engine.loading", "engine.sizes", "engine.recipes", "engine.card",  # records and recipes
+    "engine.run",                                                       # the pretrain command's run
 )
 LAYERS = LESSON + ENGINE
 # Where the lesson reaches into the engine, each with its reason. The loop's hooks
@@ -388,13 +389,51 @@ def test_parameter_count_counts_every_kind_but_self(tmp_path):
                                        ("m.C.s", 2), ("m.C.later", 0), ("m.g", 1)]
 
 
+def _inner_imports(path: Path) -> list[tuple[int, str]]:
+    """Return (line, module) of every bertlab import inside a function or class of `path`."""
+    return [(n.lineno, m) for fn in ast.walk(_tree(path))
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for n in ast.walk(fn) for m in _bertlab_imports(n, _name(path))]
+
+
 @pytest.mark.parametrize("path", MODULES, ids=[_name(p) for p in MODULES])
 def test_bertlab_imports_sit_at_the_top(path):
-    inner = []
-    for fn in ast.walk(_tree(path)):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            inner += [f"line {n.lineno}" for n in ast.walk(fn) if _bertlab_imports(n, _name(path))]
+    # The CLI alone imports the course inside the commands that need it (demo, doctor, the
+    # printing of pretrain and fill-mask), so a library command never loads the course.
+    inner = [f"line {line} ({m})" for line, m in _inner_imports(path)
+             if not (_name(path) == "cli" and m.startswith(COURSE + "."))]
     assert not inner, f"{_name(path)} imports bertlab modules inside functions ({', '.join(inner)})"
+
+
+def test_the_cli_loads_the_course_only_in_the_commands_that_need_it():
+    top = {m for n in _tree(PACKAGE / "cli.py").body for m in _bertlab_imports(n, "cli")}
+    assert not [m for m in top if m.startswith(COURSE)], sorted(top)
+    code = "import bertlab.cli, sys; print(sorted(m for m in sys.modules if 'course' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _module_code_lines(path: Path) -> int:
+    """Return a module's lines of code: docstrings, comments and blank lines left out."""
+    text = path.read_text(encoding="utf-8")
+    docs = {line for node in ast.walk(_tree(path))
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)
+            for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)}
+    return sum(1 for number, line in enumerate(text.splitlines(), start=1)
+               if number not in docs and line.strip() and not line.strip().startswith("#"))
+
+
+def test_the_lesson_is_short_enough_to_read_top_to_bottom():
+    # The top level is the course: at most 16 modules and 4,500 lines of code, the CLI at most
+    # 350 of them; the machinery lives in bertlab/engine/.
+    top = sorted(PACKAGE.glob("*.py"))
+    lines = {p.stem: _module_code_lines(p) for p in top}
+    assert len(top) <= 16, f"{len(top)} top-level modules: {sorted(lines)}"
+    assert sum(lines.values()) <= 4500, f"{sum(lines.values())} lines of code at the top: {lines}"
+    assert lines["cli"] <= 350, f"cli.py has {lines['cli']} lines of code"
 
 
 def test_import_parser_sees_every_form(tmp_path):
@@ -516,6 +555,73 @@ def test_lesson_links_name_a_notebook_that_uses_the_symbol():
         if not re.search(rf"\b{re.escape(name)}\b", sources[nb]):
             wrong.append(f"{where} -> {nb}")
     assert not wrong, "these docstrings link to a lesson that never mentions them:\n" + "\n".join(wrong)
+
+
+# `bertlab.a.b.c`, or `bl.a` for `import bertlab as bl`: at least one dotted part, each a Python
+# name, so a sentence's closing period never joins the name.
+_DOTTED = re.compile(r"(?<![\w./-])(bertlab|bl)((?:\.[A-Za-z_]\w*)+)")
+# A dotted word followed by "-" or "/", or ending in a file suffix, names a file, not an object.
+_FILE_SUFFIXES = {"py", "json", "md", "txt", "toml", "lock", "ipynb", "cfg", "yml", "yaml", "log"}
+
+
+def _dotted_names(text: str) -> list[tuple[int, str]]:
+    """Return (line number, name) for each dotted bertlab name in `text` (`bl.` as `bertlab.`)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for match in _DOTTED.finditer(line):
+            parts = match.group(2).split(".")[1:]
+            if line[match.end():match.end() + 1] in ("-", "/") or parts[-1] in _FILE_SUFFIXES:
+                continue
+            found.append((number, ".".join(["bertlab", *parts])))
+    return found
+
+
+def _resolves(name: str) -> bool:
+    """Import the longest prefix of `name` that is a module file, then getattr the rest."""
+    import importlib
+
+    parts = name.split(".")
+    depth = max(k for k in range(1, len(parts) + 1)
+                if ROOT.joinpath(*parts[:k]).with_suffix(".py").is_file()
+                or ROOT.joinpath(*parts[:k], "__init__.py").is_file())
+    obj = importlib.import_module(".".join(parts[:depth]))
+    for attr in parts[depth:]:
+        if not hasattr(obj, attr):
+            return False
+        obj = getattr(obj, attr)
+    return True
+
+
+def _texts_that_name_bertlab() -> list[tuple[str, str]]:
+    """Return (where, text) for the package, tools, benchmarks, README and each notebook cell."""
+    files = [*MODULES, *sorted((ROOT / "tools").glob("*.py")),
+             *sorted((ROOT / "benchmarks").glob("*.py")), ROOT / "README.md"]
+    texts = [(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in files]
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        texts += [(f"{path.relative_to(ROOT)} cell {i}", _source(c)) for i, c in enumerate(cells)]
+    return texts
+
+
+def test_dotted_name_scan_reads_names_not_sentences():
+    text = ("See bertlab.masking.mask_tokens. Then `bl.load_corpus(name)`, bertlab.engine.\n"
+            "bertlab-run.json, bertlab/engine/files.py, bertlab.egg-info, tbl.x, bertlab.cli.py")
+    assert _dotted_names(text) == [(1, "bertlab.masking.mask_tokens"), (1, "bertlab.load_corpus"),
+                                   (1, "bertlab.engine")]
+    assert _resolves("bertlab.engine.readers.iter_corpus") and _resolves("bertlab.masking")
+    assert not _resolves("bertlab.iter_corpus") and not _resolves("bertlab.masking.nothing")
+
+
+def test_every_dotted_bertlab_name_resolves():
+    # A user follows `bertlab.x.y` from an error message or a docstring; it has to be there.
+    names = [(f"{where}:{line}", name) for where, text in _texts_that_name_bertlab()
+             for line, name in _dotted_names(text)]
+    assert len(names) > 100, "the scan found too few dotted names to be a check"
+    answers: dict[str, bool] = {}
+    stale = [f"{where} {name}" for where, name in names
+             if not answers.setdefault(name, _resolves(name))]
+    assert not stale, ("these dotted names do not resolve; point them at where the object lives "
+                       "now:\n" + "\n".join(stale))
 
 
 # --------------------------------------------------------------------------------------------

@@ -130,8 +130,8 @@ def test_course_model_exports_to_a_transformers_model_with_the_same_outputs(tok,
     batch = next(iter(train))
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
-        ours = model.eval()(**inputs).mlm_logits  # (B*T, V): one row per position
-        hf = theirs(**inputs).prediction_logits.flatten(0, 1)  # (B, T, V) -> (B*T, V)
+        ours = model.eval()(**inputs).mlm_logits  # (B, T, V): every position
+        hf = theirs(**inputs).prediction_logits  # (B, T, V)
     assert torch.allclose(ours, hf, atol=1e-4)
 
 
@@ -233,7 +233,7 @@ class CopyInput(nn.Module):
         sums = {"mlm": F.cross_entropy(logits, labels[where], reduction="sum"),
                 "nsp": F.cross_entropy(nsp_logits, next_sentence_label, reduction="sum"),
                 "targets": where.sum().float(), "sequences": torch.tensor(float(len(labels)))}
-        return types.SimpleNamespace(mlm_logits=logits, nsp_logits=nsp_logits, loss_sums=sums)
+        return types.SimpleNamespace(target_logits=logits, nsp_logits=nsp_logits, loss_sums=sums)
 
 
 def test_copying_scores_on_kept_targets_only(tok, examples):

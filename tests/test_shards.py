@@ -16,8 +16,8 @@ from bertlab.corpus import Document, split_documents
 from bertlab.data import (
     BATCH_KEYS,
     LoaderOptions,
-    NspDataset,
     PretrainingCollator,
+    PretrainingDataset,
     pretraining_loader,
 )
 from bertlab.engine.shards import PrepareOptions, ShardExamples, prepare_command, prepare_shards
@@ -58,7 +58,7 @@ def test_shards_round_trip_exactly(tok, tmp_path):
                                                                  shard_size=50), seed=5)
     expected = list(stream_nsp_examples(docs, tok, stream, seed=5))
     shards = ShardExamples(tmp_path)
-    ds = NspDataset(shards)
+    ds = PretrainingDataset(shards)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert len(meta["shards"]) > 2 and summary["splits"]["all"]["examples"] == len(expected)
     assert shards.meta == meta and len(ds) == len(shards) == len(expected)
@@ -73,7 +73,7 @@ def test_shards_round_trip_exactly(tok, tmp_path):
         shards[len(shards)]
     # Examples from shards batch exactly like the same examples in memory.
     collate = PretrainingCollator(tok)
-    memory = NspDataset(expected)
+    memory = PretrainingDataset(expected)
     for epoch in (0, 2):
         ds.set_epoch(epoch)
         memory.set_epoch(epoch)

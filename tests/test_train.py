@@ -537,7 +537,7 @@ def test_fill_mask_ranks_the_vocabulary_at_each_mask(tok):
     assert model.training  # fill_mask left the mode as it was
     ids = torch.tensor([tok.encode("the [MASK] rose after the [MASK] said so").ids])
     with torch.no_grad():
-        logits = model.eval()(ids).mlm_logits[2]  # (T, V) for one sequence: position 2
+        logits = model.eval()(ids).mlm_logits[0, 2]  # (1, T, V) -> (V,): position 2
     top = logits.softmax(-1).topk(4)
     assert [t for t, _ in guesses[0]] == [tok.id_to_token(int(i)) for i in top.indices]
     assert probs == pytest.approx(top.values.tolist(), abs=1e-6)
@@ -566,7 +566,7 @@ def test_evaluate_counts_every_target_once(tok, examples):
     targets = sum(int((b["labels"] != -100).sum()) for b in batches)
     with torch.no_grad():
         model.eval()
-        correct = sum(int((model(**b).mlm_logits.argmax(-1) == b["labels"][b["labels"] != -100])
+        correct = sum(int((model(**b).target_logits.argmax(-1) == b["labels"][b["labels"] != -100])
                           .sum()) for b in batches)
     assert metrics["mlm_accuracy"] == pytest.approx(correct / targets)
     kinds = {f"{k}_{m}" for k in ("mask", "random", "kept") for m in ("accuracy", "loss")}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertlab.corpus import Document
-from bertlab.data import LoaderOptions, NspDataset, PretrainingCollator, pretraining_loader
+from bertlab.data import LoaderOptions, PretrainingCollator, PretrainingDataset, pretraining_loader
 from bertlab.engine.readers import load_corpus
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
@@ -181,7 +181,7 @@ class _Guesser(torch.nn.Module):
     def forward(self, input_ids, attention_mask, token_type_ids, labels):
         targets = labels[labels != IGNORE_INDEX]  # row-major, like BertForPreTraining
         guess = targets if self.always is None else torch.full_like(targets, self.always)
-        return SimpleNamespace(mlm_logits=torch.nn.functional.one_hot(guess, self.vocab_size))
+        return SimpleNamespace(target_logits=torch.nn.functional.one_hot(guess, self.vocab_size))
 
 
 def test_whole_word_scores_with_stand_in_models(zh_tok, segmented):
@@ -253,8 +253,8 @@ def test_bad_input_is_named(zh_news, zh_tok, segmented):
 def test_wordpiece_whole_words_cut_chinese_words_and_gold_ones_do_not(zh_tok, segmented):
     # Chinese has no "##" marks: without the gold word ids, every character is a word.
     _, examples, all_ids = segmented
-    gold = NspDataset(examples[:64], word_ids=all_ids[:64])
-    plain = NspDataset(examples[:64])
+    gold = PretrainingDataset(examples[:64], word_ids=all_ids[:64])
+    plain = PretrainingDataset(examples[:64])
     collate = PretrainingCollator(zh_tok, whole_word=True)
 
     def partly_hidden(labels):

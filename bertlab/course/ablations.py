@@ -100,7 +100,7 @@ def _pretrain_cell(cell: Cell, data: BudgetData, stop_after: int | None = None
     tok = data.tokenizer
     examples = data.train(cell.seed)
     loader = pretraining_loader(examples, tok, split=None, seed=cell.seed, options=LoaderOptions(
-        batch_size=b.batch_size, mask_schedule=s["masking"], dupe_factor=s["dupe_factor"],
+        batch_size=b.batch_size, mask_schedule=s["masking"], mask_copies=s["dupe_factor"],
         masking=MaskingConfig(mlm_probability=s["mlm_probability"],
                               mask_replace_prob=s["mask_replace_prob"],
                               random_replace_prob=s["random_replace_prob"])))

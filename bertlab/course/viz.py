@@ -26,7 +26,7 @@ def _pyplot():
 def plot_corpus_overview(docs):
     """Return a figure with three panels: documents per label, sentences per document, words per sentence.
 
-    `docs` is a list of `bertlab.Document`; documents without a label count as "(none)".
+    `docs` is a list of `bertlab.corpus.Document`; documents without a label count as "(none)".
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """

@@ -13,11 +13,25 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bertlab.engine.checkpoint import read_checkpoint_state, read_newest, read_run_json
+from bertlab.engine.checkpoint import (
+    load_run_checkpoint,
+    read_checkpoint_state,
+    read_newest,
+    read_run_json,
+)
+from bertlab.engine.loading import check_model_folder
+from bertlab.engine.outputs import check_output
 from bertlab.engine.recipes import RECIPES, Recipe
 from bertlab.engine.sizes import count_parameters
-from bertlab.hf import CARD_MARK, config_from_hf
+from bertlab.hf import (
+    CARD_MARK,
+    config_from_hf,
+    holds_only_users_readme,
+    is_users_readme,
+    save_hf,
+)
 from bertlab.model import PRESETS, BertConfig
+from bertlab.tokenizer import check_tokenizer_fits, load_tokenizer
 
 LICENSE = "mit"  # bertlab's own (LICENSE); the weights are made by its code
 # Named corpora bertlab ships (bertlab.engine.readers): the name a card gives, its language, and words.
@@ -219,3 +233,39 @@ def write_manifest_card(folder: str | Path, shown: str | Path | None = None) -> 
     path = Path(folder) / "README.md"
     path.write_text(model_card(manifest_facts(folder, shown)), encoding="utf-8")
     return path
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, *,
+               overwrite: bool = False) -> tuple[bool, bool]:
+    """Export the newest checkpoint of the run in `run_dir` as a Hugging Face folder `out_dir`,
+    with its model card; return (an earlier export was replaced, a README.md of yours was kept).
+
+    Everything is read and checked before `save_hf` writes: the run folder and its tokenizer,
+    `out_dir` (not the run's input, not inside it; an earlier export only with `overwrite`),
+    the weights and the card's facts, from one checkpoint (a run still writing there may
+    delete old ones meanwhile).
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_model_folder(run_dir, ("run",))
+    if not (run_dir / "tokenizer.json").is_file():
+        raise ValueError(f"run folder {run_dir} has no tokenizer.json, and a Hugging Face folder "
+                         f"without its tokenizer is of no use; copy in the tokenizer the run was "
+                         f"trained with (e.g. from its shard folder), then export again")
+    readme_only = out_dir.is_dir() and holds_only_users_readme(out_dir)  # kept, not replaced
+    replacing = check_output(out_dir, "out_dir", inputs=[("run_dir", run_dir)], folder=True,
+                             accept=("hf", "other") if readme_only else ("hf",)) == "hf"
+    if out_dir.resolve().is_relative_to(run_dir.resolve()):
+        raise ValueError(f"export-hf: {out_dir} is inside the run folder {run_dir}; an export "
+                         f"there would break the run (fill-mask and --resume read that folder): "
+                         f"pass a folder outside it (nothing was written)")
+    if replacing and not overwrite:
+        raise ValueError(f"export-hf: {out_dir} already holds a Hugging Face export; pass "
+                         f"--overwrite to replace it (files of yours there, such as a README.md, "
+                         f"are kept), or choose another folder (nothing was written)")
+    model, state = load_run_checkpoint(run_dir)
+    tok = load_tokenizer(run_dir / "tokenizer.json")
+    check_tokenizer_fits(tok, model.config.vocab_size, f"run folder {run_dir}")
+    card = model_card(run_facts(run_dir, out_dir, state=state))
+    yours = (replacing or readme_only) and is_users_readme(out_dir / "README.md")
+    save_hf(model, tok, out_dir, card=card)
+    return replacing, yours

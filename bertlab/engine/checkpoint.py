@@ -208,8 +208,8 @@ def load_checkpoint(path: str | Path, model: nn.Module,
     if state.get("model_config") != current:
         raise ValueError(f"checkpoint {path} was trained with a different model config: "
                          f"{_describe_mismatch(state.get('model_config') or {}, current or {})}. "
-                         f"Build the model from the checkpoint's config (bertlab.load_run) or "
-                         f"start a new run")
+                         f"Build the model from the checkpoint's config "
+                         f"(bertlab.engine.checkpoint.load_run) or start a new run")
     try:
         missing, unexpected = load_safetensors_model(
             model, str(path / "model.safetensors"), strict=False,

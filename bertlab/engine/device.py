@@ -73,7 +73,7 @@ def fast_math(device: torch.device) -> Iterator[None]:
       tensor cores (a 10-bit mantissa, plenty for training).
 
     A compiled run needs no switch of its own: the compiled MLM head has a fixed number of rows
-    (`bertlab.pretraining.mlm_capacity`, read by `bertlab.engine.fast`), so no data-dependent shape
+    (`bertlab.engine.fast.mlm_capacity`), so no data-dependent shape
     needs dynamo's `capture_dynamic_output_shape_ops`.
     """
     with contextlib.ExitStack() as stack:

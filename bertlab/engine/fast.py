@@ -152,7 +152,8 @@ class FastPretraining(nn.Module):
                 next_sentence_label: torch.Tensor | None = None, mlm_capacity: int | None = None,
                 real_tokens: torch.Tensor | None = None) -> PreTrainingOutput:
         """Return the `PreTrainingOutput` the textbook model gives for these inputs (`labels`
-        required); `mlm_logits` has `mlm_capacity` rows when it is given (the targets first).
+        required): `target_logits` (N, V) and no `mlm_logits`. With `mlm_capacity`,
+        `target_logits` is (mlm_capacity, V): the N targets first, then rows labelled -100.
         `real_tokens` (`real_token_positions(attention_mask)`) unpads the blocks."""
         model, bert = self.model, self.model.bert
         if labels is None:
@@ -174,9 +175,9 @@ class FastPretraining(nn.Module):
             x = layer_forward(layer, x, mask, rows if last else None, flat)
         cls, targets = x[:B], x[B:]  # (B + N, d) -> (B, d), (N, d)
         pooled = torch.tanh(bert.pooler(cls))
-        mlm_logits = model.mlm_logits(targets)  # (N, d) -> (N, V)
+        target_logits = model.mlm_logits(targets)  # (N, d) -> (N, V)
         nsp_logits = model.nsp(pooled)  # (B, d) -> (B, 2)
-        return pretraining_output(mlm_logits, labels.flatten().index_select(0, where),
+        return pretraining_output(target_logits, labels.flatten().index_select(0, where),
                                   nsp_logits, next_sentence_label)
 
 

@@ -1,16 +1,18 @@
-"""Small pieces the rest of the package shares: atomic writes, what a folder holds, a folder lock.
+"""Files and folders that survive a crash: atomic writes, what a folder holds, one writer.
 
-Every file bertlab writes into a run, a shard folder or a cache goes through `atomic_write_*`
-(a temporary file in the same folder, flushed, then renamed over the target), so a crash, a
-kill or a full disk leaves either the old file or the new one, never half of one. A folder that
-must appear whole (a checkpoint, a Hugging Face export, prepared shards) is built by
-`atomic_write_folder` in a hidden staging sibling and renamed into place the same way.
+Read top to bottom:
 
-`check_number` is the one check behind the settings classes' "must be a positive integer".
-
-`folder_kind` tells the artefacts apart (a pretraining run, prepared shards, a Hugging Face
-export, a single checkpoint), so a command can refuse, before it writes anything, a folder that
-belongs to something else. `FolderLock` keeps two processes out of one run folder.
+- Atomic writes: every file bertlab writes into a run, a shard folder or a cache goes through
+  `atomic_write_*` (a temporary file in the same folder, flushed, then renamed over the target),
+  so a crash, a kill or a full disk leaves either the old file or the new one, never half of
+  one. A folder that must appear whole (a checkpoint, a Hugging Face export, prepared shards) is
+  built by `atomic_write_folder` in a hidden staging sibling and renamed into place the same
+  way; `sweep_dead_writers` clears what a killed writer left.
+- What a folder holds: `folder_kind` tells the artefacts apart (a pretraining run, prepared
+  shards, a Hugging Face export, a single checkpoint), so a command can refuse, before it writes
+  anything, a folder that belongs to something else (`check_output_folder`).
+- One process per folder: `FolderLock` keeps two processes out of one run folder, and
+  `writing_into` holds it for a block that writes there.
 """
 
 from __future__ import annotations

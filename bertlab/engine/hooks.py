@@ -30,7 +30,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertlab.config import TrainConfig, check_train_config, lr_at
-from bertlab.engine.checkpoint import latest_checkpoint, load_checkpoint, read_checkpoint_state
+from bertlab.data import Batch
+from bertlab.engine.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    read_checkpoint_state,
+)
 from bertlab.engine.device import (
     fast_math,
     from_rank0,
@@ -55,8 +61,8 @@ from bertlab.engine.resume import (
     run_contract,
     run_data,
 )
+from bertlab.tokenizer import save_tokenizer
 
-Batch = dict[str, torch.Tensor]
 _DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line
 
 
@@ -187,11 +193,14 @@ class RunHooks:
         if self.is_main:  # another run's event files: refused before anything is written
             check_event_folder(config.tensorboard_dir, self.out, resume)
         self.objective = objective.name
+        self.run_record = objective.run_record  # what a new run's run.json says
+        data = objective.data  # what the run needs from its data (None: not said)
+        self.tokenizer = None if data is None else data.tokenizer  # its tokenizer.json
         self.evaluate_fn = objective.evaluate if val_loader is not None else None
         self.val_loaders = (val_loader if isinstance(val_loader, dict) else
                             {} if val_loader is None else {"": val_loader})
         # What the run's checkpoints record, and a resume must keep (`check_resume`).
-        self.data = {**run_data(train_loader),
+        self.data = {**run_data(train_loader, data),
                      **run_contract(config, self.precision, self.compile, self.val_loaders)}
         self.bar: tqdm | None = None
         self.events: EventLog | None = None  # TensorBoard, rank 0 alone (opened by start)
@@ -210,6 +219,10 @@ class RunHooks:
             torch.manual_seed(self.config.seed + self.rank)
             try:
                 yield
+            except BaseException:
+                if self.is_main and self.out is not None and not self.resume:
+                    clear_untrained_start(self.out)
+                raise
             finally:
                 self._close_bar()
                 if self.events is not None:
@@ -226,6 +239,8 @@ class RunHooks:
         run = RunState()
         if self.out is not None and self.is_main:
             (self.out / "checkpoints").mkdir(exist_ok=True)
+            if not self.resume:  # a resumed run keeps its own files
+                self._write_run_files(model)
         if self.resume:
             ckpt = resume_checkpoint(self.out, self.is_main, self.world)
             state = read_checkpoint_state(ckpt, verified=True)
@@ -255,6 +270,15 @@ class RunHooks:
         if self.evaluate_fn is not None and self.is_main and self._row_missing(run):
             self.clock += self._evaluate(run)  # evaluating is not training time
         return run
+
+    def _write_run_files(self, model: nn.Module) -> None:
+        # What the other commands read a run folder by: its vocabulary (fill-mask, export-hf,
+        # finetune, --resume) and what it trained (the model card, --resume's checks).
+        if self.tokenizer is not None:
+            save_tokenizer(self.tokenizer, self.out / "tokenizer.json")
+        record = self.run_record(model, self.config)
+        if record is not None:
+            atomic_write_json(self.out / "run.json", record)
 
     def _row_missing(self, run: RunState) -> bool:
         # Step 0 has a row, and so has every step a row was due at: a run stopped while that
@@ -413,6 +437,25 @@ class RunHooks:
         if self.events is not None:
             self.events.row(row)
         return time.perf_counter() - start
+
+
+def clear_untrained_start(out: Path) -> None:
+    """Remove the files a new run wrote if it stopped before it trained a step or saved a
+    checkpoint (a refusal in the loop, a divergence at step 1), so that the same call, once
+    fixed, finds the folder as it was; a run with a checkpoint or a trained step keeps them."""
+    if list_checkpoints(out):
+        return
+    history = out / "history.json"
+    try:
+        rows = json.loads(history.read_text()) if history.is_file() else []
+    except (OSError, ValueError):
+        return
+    if any(row.get("step", 0) > 0 for row in rows):
+        return
+    for name in ("tokenizer.json", "run.json", "history.json", "history.csv"):
+        (out / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # only an empty one
+        (out / "checkpoints").rmdir()
 
 
 def _changes(changed: dict[str, list]) -> str:

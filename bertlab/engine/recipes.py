@@ -132,29 +132,7 @@ RECIPES: dict[str, Recipe] = {
         mlm_probability=0.4, objectives=("mlm",), dropout=0.0, batch_size=16,
         max_seq_len=64,
         optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear"),
-    # The course's recipe with NSP, for the twins on a CPU (benchmarks/twins.py), chosen by
-    # benchmarks/nsp_search.py: 13 runs at equal CPU work, scored by NSP accuracy on held-out
-    # 64-token pairs with [MASK] accuracy beside it (benchmarks/results/nsp_search.jsonl).
-    # Setting by setting:
-    # - masked LM + NSP at 40% masking 80/10/10, as the course recipe: 15% masking learned NSP
-    #   as well at equal work (0.753 against 0.751) and [MASK] worse (0.115 against 0.151), so
-    #   the heavier masking did not cost NSP what it corrupts of the text NSP reads;
-    # - 128-token pairs: 64-token pairs gave NSP 0.729 at equal work; a longer B holds more of
-    #   the topic and style that tell a partner from another document;
-    # - 16 draws of the pairs: one draw (the same A/B cuts every epoch) gave 0.689, because a
-    #   small corpus read for many epochs lets a label be remembered with its pair;
-    # - batch 32 and the course's learning rates (Muon 0.01 on the encoder's matrices, AdamW
-    #   1e-3 on the rest): batch 64 gave 0.692 and twice the rates 0.692 at equal work;
-    # - no dropout: dropout 0.1 gave NSP 0.732 and [MASK] 0.069 against 0.751 and 0.151;
-    # - tiny, not mini: mini (in bf16, which a CPU with AMX runs fastest) reached 0.598 in the
-    #   same CPU time; it learns more per step but not per CPU-minute at this budget;
-    # - fp32: bf16 learned the same NSP at equal work (3 seeds each, paired difference
-    #   -0.001 +- 0.009), but with two runs side by side on 2 cores its steps took as long
-    #   (0.27 s against 0.26 s, evaluations included), so it saves nothing here, and fp32 makes
-    #   the same numbers on every CPU;
-    # - 10,000 steps: at 2,000 NSP was 0.75 on three seeds, and a probe of this recipe reached
-    #   0.85 after 8,000; 10,000 steps at ~0.26 s are ~45 minutes with evaluations on one core
-    #   while the other trains too.
+    # Why each setting, with the runs behind it: README.md, "Why the nsp recipe's settings".
     "nsp": Recipe(
         name="nsp",
         summary="the course's recipe with NSP, for an hour on a CPU, found by measurement "
@@ -165,26 +143,7 @@ RECIPES: dict[str, Recipe] = {
         max_seq_len=128,
         optimizer="muon", lr=1e-3, muon_lr=0.01, warmup_fraction=0.06, schedule="linear",
         pair_draws=16, precision="fp32", steps=10_000),
-    # Minutes on one GPU instead of a CPU: 30-100x the tokens, so the course's small corpus is
-    # read a hundred times or more. The recipe is BERT's two tasks as the paper trains them,
-    # with the changes that many repeats of a small corpus call for (why, setting by setting):
-    # - masked LM + NSP, 15% masking 80/10/10: the run is there to learn NSP and to be compared
-    #   with its MLM-only twin (`with_objectives("mlm")`), on the paper's own masking, so its
-    #   [MASK] accuracy is measured where it was trained; 40% masking won the CPU search by
-    #   learning more per token, and tokens are what a GPU has plenty of, while NSP reads B
-    #   through every masked word;
-    # - 16 draws of the pairs: each epoch its own A/B splits and NotNext partners, so a label
-    #   cannot be remembered from the pair: a run that reads the corpus N times sees each draw
-    #   N / 16 times (Google's generator: 10 draws for 40 epochs, each seen 4 times); 16 draws
-    #   of BBC at 128 tokens are 38 MB of shards, which a GPU session can carry;
-    # - dropout 0.1, as BERT: the other guard against memorising a corpus seen ~100 times;
-    # - AdamW (fused on CUDA), peak 1e-3, 6% warmup, linear decay: the paper's optimizer at the
-    #   rate small BERTs train well with (Turc et al. 2019 train their 24 minis at 1e-4 for 1M
-    #   steps of 128k tokens; a budget of ~5k steps wants a larger rate); Muon's CPU gains were
-    #   at the start of a run, and its Newton-Schulz steps are extra kernels per step on a GPU;
-    # - 256 pairs of 128 tokens a step (32k tokens, the paper's batch is 128k): large enough to
-    #   keep the GPU busy on mini, small enough to give thousands of steps in the budget.
-    # Not tuned by measurement: the GPU run (benchmarks/gpu_pretrain.py) reports what it gives.
+    # Why each setting: README.md, "Why the gpu recipe's settings".
     "gpu": Recipe(
         name="gpu",
         summary="the course's GPU recipe, for minutes on one GPU: BERT's masked LM + NSP at 15% "

@@ -22,16 +22,18 @@ import random
 import signal
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, is_dataclass
+from collections.abc import Iterable, Iterator, Sized
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from bertlab.data import Batch, EpochLoader, RunData, run_data_of
 from bertlab.engine.checkpoint import (
     latest_checkpoint,
     latest_verified_checkpoint,
@@ -42,9 +44,6 @@ from bertlab.engine.checkpoint import (
 from bertlab.engine.device import rank_world
 from bertlab.engine.files import LOCK_NAME, check_output_folder, writing_into
 from bertlab.errors import BadInput
-
-Batch = dict[str, torch.Tensor]
-
 
 # ---------------------------------------------------------------------------------------------
 # The run folder
@@ -179,27 +178,30 @@ ADJUSTABLE = ("max_steps", "max_minutes", "stop_after", "eval_interval", "checkp
               "keep_checkpoints", "log_interval", "progress", "tensorboard_dir")
 
 
-def run_data(train_loader: Iterable[Batch]) -> dict[str, Any]:
+def run_data(train_loader: Iterable[Batch], data: RunData | None) -> dict[str, Any]:
     """Return what decides which batches a run sees, as a checkpoint records it.
 
-    The data seed, the number of training examples and their digest, the training masking
-    (`MaskingConfig`, as a dict), the length grouping (0: off), the kind of segments (a bertlab
-    loader's `pairs`), the number of pair draws and the tokenizer's vocabulary digest. A loader
-    that is not bertlab's gives None where it cannot say; None is never compared.
+    From `data` (the loader's `RunData`): the data seed, the number of training examples and
+    their digest, the training masking (`MaskingConfig`, as a dict), the length grouping
+    (0: off), the kind of segments, the number of pair draws and the tokenizer's vocabulary
+    digest. Without it (a loader that is not bertlab's) only what any DataLoader says: the
+    number of examples, and an `EpochLoader`'s seed; None is never compared.
     """
-    dataset = getattr(train_loader, "dataset", None)
-    collate = getattr(train_loader, "collate_fn", None)
-    masking = getattr(collate, "masking", None)
-    grouped = getattr(getattr(train_loader, "batch_sampler", None), "group_batches", None)
-    draws = getattr(dataset, "draws", None)
-    return {"data_seed": getattr(train_loader, "seed", None),
-            "train_examples": len(dataset) if hasattr(dataset, "__len__") else None,
-            "train_digest": dataset.digest() if hasattr(dataset, "digest") else None,
-            "masking": asdict(masking) if is_dataclass(masking) else None,
-            "group_by_length": (grouped or 0) if dataset is not None else None,
-            "segments": getattr(train_loader, "pairs", None),
-            "pair_draws": len(draws) if isinstance(draws, list | tuple) else None,
-            "tokenizer": getattr(collate, "tokenizer_digest", None)}
+    if data is None:
+        dataset = train_loader.dataset if isinstance(train_loader, DataLoader) else None
+        return {"data_seed": train_loader.seed if isinstance(train_loader, EpochLoader) else None,
+                "train_examples": len(dataset) if isinstance(dataset, Sized) else None,
+                "train_digest": None, "masking": None, "group_by_length": None,
+                "segments": None, "pair_draws": None, "tokenizer": None}
+    dataset = data.dataset
+    return {"data_seed": data.seed,
+            "train_examples": None if dataset is None else len(dataset),
+            "train_digest": None if dataset is None else dataset.digest(),
+            "masking": asdict(data.masking),
+            "group_by_length": None if dataset is None else data.group_by_length,
+            "segments": data.pairs,
+            "pair_draws": None if dataset is None else dataset.pair_draws,
+            "tokenizer": data.tokenizer_digest}
 
 
 def run_contract(config: Any, precision: str, compiled: bool,
@@ -208,8 +210,9 @@ def run_contract(config: Any, precision: str, compiled: bool,
     them: the resolved `precision` and compilation, `config.unpad` (a TrainConfig), the
     validation examples' digest over `val_loaders` (by label; None when one cannot say) and
     `config.eval_batches` (None without validation)."""
-    digests = [f"{label}={loader.dataset.digest()}" for label, loader in val_loaders.items()
-               if hasattr(getattr(loader, "dataset", None), "digest")]
+    datasets = {label: run_data_of(loader) for label, loader in val_loaders.items()}
+    digests = [f"{label}={data.dataset.digest()}" for label, data in datasets.items()
+               if data is not None and data.dataset is not None]
     known = val_loaders and len(digests) == len(val_loaders)
     return {"precision": precision, "compile": bool(compiled), "unpad": config.unpad,
             "validation": (hashlib.sha256("\n".join(sorted(digests)).encode()).hexdigest()[:16]

@@ -2,7 +2,7 @@
 
 `prepare_shards` streams a corpus (`bertlab.engine.streaming`) into per-split folders of shards (the
 CLI's `prepare` is `prepare_command`); `ShardExamples` reads them back lazily, as a sequence of
-examples that `bertlab.data.NspDataset` takes like the list `create_nsp_examples` returns, so a
+examples that `bertlab.data.PretrainingDataset` takes like the list `create_nsp_examples` returns, so a
 loader sees the same items either way. `segments="single"` writes single segments ([CLS] text
 [SEP], `bertlab.pairs`) in the same format instead: A is the text, there is no B, and the
 label is -100 (no pair label); meta.json says `"segments": "single"` (`shard_segments`).
@@ -358,7 +358,7 @@ def hash_listing(h: Any, folder: str | Path) -> None:
     """Feed a prepared split's meta.json and docs.txt (its document list) into the hash `h`.
 
     What tells two prepared corpora apart without reading every token: a resume's data digest
-    (`NspDataset.digest`) and a shipped model's corpus hash both use it.
+    (`PretrainingDataset.digest`) and a shipped model's corpus hash both use it.
     """
     for name in ("meta.json", "docs.txt"):
         if (Path(folder) / name).is_file():
@@ -421,7 +421,7 @@ class ShardExamples(Sequence):
     ids (a numpy array), the length of A, the label (-100 for a single segment: no pair label),
     the document index and the draw.
 
-    A sequence like the list `create_nsp_examples` returns (give it to `bertlab.data.NspDataset`).
+    A sequence like the list `create_nsp_examples` returns (give it to `bertlab.data.PretrainingDataset`).
     Arrays are memory-mapped on first use in each process (DataLoader workers open their own),
     so it costs almost no memory however large the corpus. `meta` is the folder's meta.json.
     `draw`: which of the folder's `pair_draws` cuts of the corpus into pairs to read (see

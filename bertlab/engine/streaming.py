@@ -43,11 +43,12 @@ def iter_documents(
 ) -> Iterator[Document]:
     """Return an iterator over Documents, one at a time, without reading the corpus into memory.
 
-    `source`: an iterable of Documents, or anything `bertlab.iter_corpus` reads (a named corpus,
-    a folder of `.txt` files streamed file by file, a BERT-format file streamed in blocks, rows
-    streamed a row at a time); a path is checked now, `counts` collects what reading it cut and
-    skipped, `errors` says what to do with bytes that are not UTF-8, and `fields` (text_field,
-    doc_field, label_field, on_bad_row) say how rows are read (see `iter_corpus`).
+    `source`: an iterable of Documents, or anything `bertlab.engine.readers.iter_corpus` reads
+    (a named corpus, a folder of `.txt` files streamed file by file, a BERT-format file streamed
+    in blocks, rows streamed a row at a time); a path is checked now, `counts` collects what
+    reading it cut and skipped, `errors` says what to do with bytes that are not UTF-8, and
+    `fields` (text_field, doc_field, label_field, on_bad_row) say how rows are read (see
+    `iter_corpus`).
     """
     return iter_corpus(source, counts=counts, errors=errors, **fields)
 
@@ -109,7 +110,8 @@ class StreamingNspBuilder:
     `batch_chars` characters of sentences. The tokenizer's memory grows with the characters of a
     batch; 256 news articles or web pages hold well under the default 4 million, so the
     character limit only cuts batches of long documents (books, up to
-    `bertlab.engine.readers.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few hundred MB.
+    `bertlab.engine.textfiles.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few
+    hundred MB.
     NotNext B comes from the other documents of the current batch or from a reservoir of at
     most `reservoir_docs` earlier documents (kept by reservoir sampling, so it is a uniform
     sample of everything seen so far; a reservoir entry keeps at most `16 * max_seq_len` tokens
