@@ -463,8 +463,8 @@ def _changes(changed: dict[str, list]) -> str:
 
 
 def _record_resume(out: Path, step: int, changed: dict[str, list]) -> None:
-    # The run folder's run.json (the CLI writes one) lists each resume that changed a setting on
-    # purpose; a run.json that is not a JSON object is left alone, and no run.json is made.
+    # The run folder's run.json (every new run writes one) lists each resume that changed a
+    # setting on purpose; a run.json that is not a JSON object is left alone, and none is made.
     path, where = out / "run.json", "the next history row"
     try:
         run = json.loads(path.read_text(encoding="utf-8"))
@@ -474,7 +474,7 @@ def _record_resume(out: Path, step: int, changed: dict[str, list]) -> None:
         resumes = run.get("resumes") if isinstance(run.get("resumes"), list) else []
         run["resumes"] = [*resumes, {"step": step, "changed": changed}]
         atomic_write_json(path, run)
-        where = f"{path} and {where}"
+        where = f"{path.name} and {where}"
     tqdm.write(f"resumed at step {step} with {_changes(changed)} (recorded in {where})")
 
 
