@@ -505,7 +505,9 @@ class EpochLoader(DataLoader):
     Takes what a DataLoader takes, plus `seed`: the data seed its order (and masks) come from,
     which a training run records so a resume can check it (None: the dataset's `seed`, if any),
     and `pairs`: how its examples were built ("nsp", "sop" or "single"; None when not known),
-    so that `bertlab.pretraining.pretrain` can refuse a pair objective on other pairs.
+    so that `bertlab.pretraining.pretrain` can refuse a pair objective on other pairs, and
+    `max_seq_len`: the length its examples were cut at (a run's run.json records it).
+    `run_data()` gives what a pretraining run needs from it (`RunData`).
     Before each pass the epoch (0, 1, 2, ...) goes to the dataset and the sampler (and a batch
     sampler), each that has `set_epoch`: `PretrainingDataset` draws new masks (dynamic masking),
     `EpochShuffleSampler` a new order. `loader.set_epoch(e)` chooses the next pass's epoch

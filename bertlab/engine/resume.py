@@ -92,8 +92,7 @@ def hold_run_folder(out: Path | None, resume: bool, rank: int = 0, world: int = 
     One process per run folder: two runs writing the same checkpoints would destroy each
     other. The check is repeated once the lock is held, in case another run wrote in between;
     a refusal leaves no folder behind (`writing_into`). Under torchrun every rank gets rank 0's
-    refusal, so none waits forever for a partner that has left. Re-entrant: the CLI holds it
-    while it writes the run's files, and the training loop takes it again.
+    refusal, so none waits forever for a partner that has left.
     """
     if out is None:
         yield
