@@ -33,14 +33,13 @@ import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 from bertlab.engine.loading import load_model
+from bertlab.engine.tasks import compare_downstream, load_task
 from bertlab.finetune import (
     FinetuneConfig,
     ProbeConfig,
     cls_features,
-    compare_downstream,
     format_table,
     linear_probe,
-    load_task,
     summarize,
 )
 from bertlab.model import BertForPreTraining

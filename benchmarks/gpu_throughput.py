@@ -45,10 +45,10 @@ from pathlib import Path
 import torch
 from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.data import LoaderOptions
 from bertlab.engine.device import fast_math
 from bertlab.engine.fast import FastPretraining, target_share_bound
-from bertlab.engine.shards import shard_pair_length
+from bertlab.engine.shards import shard_loader, shard_pair_length
 from bertlab.engine.sizes import flops_per_token
 from bertlab.hf import hf_config_fields
 from bertlab.masking import MaskingConfig
@@ -195,10 +195,10 @@ def real_batches(shards: Path, batch_size: int, seq_len: int, count: int, groupe
                          f"{seq_len}-token pairs; {shards} holds {held}-token pairs (prepare "
                          f"--max-seq-len {seq_len})")
     tok = load_tokenizer(shards / "tokenizer.json")
-    loader = pretraining_loader(shards, tok, split="train", seed=0,
-                                options=LoaderOptions(batch_size=batch_size, max_seq_len=seq_len,
-                                                      pad_to_multiple_of=32 if grouped else seq_len,
-                                                      group_by_length=8 if grouped else None))
+    loader = shard_loader(shards, tok, split="train", seed=0,
+                          options=LoaderOptions(batch_size=batch_size, max_seq_len=seq_len,
+                                                pad_to_multiple_of=32 if grouped else seq_len,
+                                                group_by_length=8 if grouped else None))
     batches = []
     while len(batches) < count:  # a small folder is cycled
         batches += list(loader)

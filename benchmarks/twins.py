@@ -195,9 +195,9 @@ def finish_run(args: argparse.Namespace, arm: str, seed: int, code: int, sitting
 
 def write_summary(run_dir: Path, arm: str, seed: int, command: list[str]) -> dict:
     """Write a finished run's summary.json and model/ (what travels back from a GPU machine)."""
+    from bertlab.engine.card import save_hf
     from bertlab.engine.checkpoint import latest_checkpoint, load_run, read_checkpoint_state
     from bertlab.engine.files import atomic_write_json
-    from bertlab.hf import save_hf
 
     state = read_checkpoint_state(latest_checkpoint(run_dir))
     model, tok = load_run(run_dir)
@@ -270,7 +270,7 @@ def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
     from bertlab.data import LoaderOptions, pretraining_loader
     from bertlab.engine.files import folder_kind
     from bertlab.engine.readers import load_corpus
-    from bertlab.engine.shards import shard_pair_length
+    from bertlab.engine.shards import shard_loader, shard_pair_length
     from bertlab.pairs import pairs_of
 
     pairs = pairs_of(run["objectives"]) if len(run["objectives"]) > 1 else "nsp"
@@ -281,8 +281,7 @@ def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
         folders = [corpus, *(REPO / p for p in args.get("validate_also") or []
                              if folder_kind(REPO / p) == "shards")]
         source = next(f for f in folders if shard_pair_length(f) == length)
-        loaders = [pretraining_loader(source, tok, split=s, seed=0) for s in
-                   ("train", "validation")]
+        loaders = [shard_loader(source, tok, split=s, seed=0) for s in ("train", "validation")]
     else:
         docs = load_corpus(args["corpus"])
         loaders = [pretraining_loader(docs, tok, split=s,
@@ -319,7 +318,7 @@ def curve(history: list[dict], prefix: str, pair: str | None) -> list[dict]:
 def task(args: argparse.Namespace) -> tuple[list, list[str]]:
     """Return the downstream task's (documents, labels): BBC topics, or `--task-docs` of them
     drawn at random (small scoring runs, e.g. in tests)."""
-    from bertlab.finetune import load_task
+    from bertlab.engine.tasks import load_task
 
     docs, labels = load_task("bbc-topic")
     if args.task_docs and args.task_docs < len(docs):

@@ -7,16 +7,12 @@ notebooks teach them. Importing bertlab never trains, downloads, prints or plots
 """
 
 from bertlab.data import pretraining_loader
+from bertlab.engine.card import save_hf
 from bertlab.engine.loading import load_model
 from bertlab.engine.readers import load_corpus
-from bertlab.finetune import (
-    FinetuneConfig,
-    compare_downstream,
-    finetune_classifier,
-    format_table,
-    linear_probe,
-)
-from bertlab.hf import load_hf, save_hf
+from bertlab.engine.tasks import compare_downstream, finetune_classifier
+from bertlab.finetune import FinetuneConfig, format_table, linear_probe
+from bertlab.hf import load_hf
 from bertlab.masking import IGNORE_INDEX, mask_tokens
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
 from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples

@@ -35,8 +35,9 @@ from bertlab.engine.shards import (
     prepare_command,
 )
 from bertlab.engine.streaming import StreamOptions
+from bertlab.engine.tasks import compare_downstream
 from bertlab.errors import run_reporting
-from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
+from bertlab.finetune import FinetuneConfig, format_table
 from bertlab.pairs import INPUTS, SINGLE
 from bertlab.pretraining import fill_mask
 

@@ -13,8 +13,31 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bertlab.engine.eventlog import INSTALL, check_tensorboard
+import torch.distributed as dist
+
 from bertlab.errors import BadInput, check_number, flag_of
+
+# TensorBoard's event files are an extra; a setting that asks for them is refused without it.
+INSTALL = "pip install 'bertlab[tensorboard]'"
+
+
+class TensorBoardMissingError(ValueError, ImportError):
+    """Event files were asked for, but the `tensorboard` package is not installed.
+
+    A ValueError, like every refusal of a setting (the CLI prints it as one line), that is
+    also an ImportError, so code that catches the latter keeps working.
+    """
+
+
+def check_tensorboard(setting: str) -> None:
+    """Raise TensorBoardMissingError (naming `setting` and the fix) unless tensorboard imports."""
+    try:
+        import tensorboard  # noqa: F401  (only whether it is there)
+    except ImportError:
+        raise TensorBoardMissingError(
+            f"{setting} asks for TensorBoard event files, but the tensorboard package is not "
+            f"installed; install it with {INSTALL}, or leave {setting} out (nothing was "
+            f"written)") from None
 
 # torch's CPU threads per model preset, chosen once by measurement (benchmarks/threads.py,
 # benchmarks/results/threads.json) and never measured at run time, so that a run's speed does not
@@ -146,14 +169,15 @@ class TrainConfig:
         return asdict(self)
 
 
-def _progress(step: int, config: TrainConfig, elapsed_s: float) -> float:
-    # How far the run is (0 -> 1) at optimizer step `step` after `elapsed_s` seconds.
-    done = []
-    if config.max_steps is not None:
-        done.append((step + 1) / config.max_steps)
-    if config.max_minutes is not None:
-        done.append(elapsed_s / (60.0 * config.max_minutes))
-    return min(1.0, max(done))
+def rank_world() -> tuple[int, int]:
+    """Return (rank, world size) of this process in a torchrun group, or (0, 1) when alone.
+
+    `TrainConfig.batch_size` counts the examples of a step over every process, so the loop
+    needs to know how many there are, and which one it is.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def check_train_config(config: object, where: str) -> None:
@@ -173,7 +197,12 @@ def lr_at(step: int, config: TrainConfig, elapsed_s: float = 0.0) -> float:
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    progress = _progress(step, config, elapsed_s)
+    done = []  # how far the run is, 0 -> 1: by its steps, its minutes, or the further of the two
+    if config.max_steps is not None:
+        done.append((step + 1) / config.max_steps)
+    if config.max_minutes is not None:
+        done.append(elapsed_s / (60.0 * config.max_minutes))
+    progress = min(1.0, max(done))
     if config.warmup_steps is not None:
         if step < config.warmup_steps:
             return config.lr * (step + 1) / config.warmup_steps

@@ -33,14 +33,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from bertlab.corpus import SPLITS, Document, split_documents
-from bertlab.engine.shards import (
-    ShardExamples,
-    check_pair_draws,
-    hash_listing,
-    pair_draws_in,
-    shard_folder,
-    shard_segments,
-)
+from bertlab.errors import BadInput
 from bertlab.masking import (
     BERT_MASKING,
     MaskingConfig,
@@ -50,11 +43,9 @@ from bertlab.masking import (
     wordpiece_word_ids,
 )
 from bertlab.pairs import (
-    SINGLE,
     Example,
     pair_builder,
     pair_draw_seed,
-    segment_ids,
     tokenize_corpus,
 )
 from bertlab.tokenizer import SpecialIds, special_ids, vocab_digest
@@ -74,13 +65,54 @@ def _check_epoch(epoch: object) -> None:
 # Dataset
 
 
+@runtime_checkable
+class StoredExamples(Protocol):
+    """Examples that stay on disk: a sequence of `Example`s read when asked for, which
+    `PretrainingDataset` keeps as they are instead of listing them in memory.
+
+    Beyond `len` and indexing they state what a loader and a resume need without reading every
+    token: each example's length, the length they were cut at (`max_seq_len`), what they hold
+    (`pairs`: "nsp" for sentence pairs with NSP labels, "single" for single segments) and what
+    tells them apart from other examples (`update_digest`). A prepared shard folder's are
+    `bertlab.engine.shards.ShardExamples`; `bertlab.engine.shards.shard_loader` gives their batches.
+    """
+
+    max_seq_len: int
+    pairs: str
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Example: ...
+
+    def lengths(self) -> np.ndarray:
+        """Return every example's token count (int64), without reading their tokens."""
+        ...
+
+    def update_digest(self, h: Any) -> None:
+        """Feed what identifies these examples into the hashlib object `h`, in place of their
+        tokens (`PretrainingDataset.digest`, which a resume compares)."""
+        ...
+
+
+def check_pair_draws(pair_draws: object, dupe_factor: int = 1) -> None:
+    """Raise ValueError (naming the fix) unless `pair_draws` is a whole number >= 1 that does not
+    come with a dupe factor."""
+    if isinstance(pair_draws, bool) or not isinstance(pair_draws, int) or pair_draws < 1:
+        raise ValueError(f"pair_draws={pair_draws!r}; pass a whole number >= 1 (how many times "
+                         f"the corpus is cut into pairs; epoch e trains on draw e % pair_draws)")
+    if pair_draws > 1 and dupe_factor != 1:
+        raise ValueError(f"pair_draws={pair_draws} with dupe_factor={dupe_factor}: both repeat the "
+                         f"corpus with fresh pairs (dupe_factor mixes the passes into one epoch, "
+                         f"pair_draws gives each epoch its own); choose one")
+
+
 class PairDraws:
-    """K cuts of one corpus into pair examples (each a list, or `ShardExamples` of one draw):
+    """K cuts of one corpus into pair examples (each a list, or `StoredExamples` of one draw):
     the same documents with other A/B splits and other NotNext partners. `PretrainingDataset` trains
     epoch e on draw e % K."""
 
-    def __init__(self, draws: Sequence[Sequence[Example] | ShardExamples]) -> None:
-        self.draws = [d if isinstance(d, ShardExamples) else list(d) for d in draws]
+    def __init__(self, draws: Sequence[Sequence[Example] | StoredExamples]) -> None:
+        self.draws = [d if isinstance(d, StoredExamples) else list(d) for d in draws]
         if not self.draws or not all(len(d) for d in self.draws):
             sizes = [len(d) for d in self.draws]
             raise ValueError(f"PairDraws: every draw needs examples; got draws of sizes {sizes}")
@@ -114,7 +146,7 @@ class PretrainingDataset(Dataset):
     """Return dicts (input_ids, token_type_ids, next_sentence_label, index, row_seed) per example.
 
     `examples`: `Example`s in memory (`create_nsp_examples`, or the sop / single builders) or
-    on disk (`ShardExamples` of a folder written by `prepare_shards`); both give the same items.
+    on disk (`StoredExamples`, such as a prepared shard folder's); both give the same items.
     `PairDraws` gives several cuts of the corpus into pairs: epoch e reads draw e % K, so `len`
     is the current draw's.
     `word_ids` (one list per example, from `bertlab.zh.nsp_word_ids`; None at special tokens)
@@ -126,13 +158,13 @@ class PretrainingDataset(Dataset):
     """
 
     def __init__(
-        self, examples: Sequence[Example] | ShardExamples | PairDraws, *,
+        self, examples: Sequence[Example] | StoredExamples | PairDraws, *,
         word_ids: Sequence[Sequence[int | None]] | None = None, seed: int = 0,
         mask_schedule: str = "dynamic", mask_copies: int = 1,
     ) -> None:
-        # Shards stay on disk; anything else is held as a list.
+        # Stored examples stay on disk; anything else is held as a list.
         self.draws = (examples.draws if isinstance(examples, PairDraws) else
-                      [examples if isinstance(examples, ShardExamples) else list(examples)])
+                      [examples if isinstance(examples, StoredExamples) else list(examples)])
         self.examples = self.draws[0]
         self._lengths: dict[int, np.ndarray] = {}
         if word_ids is not None and len(self.draws) > 1:
@@ -178,19 +210,14 @@ class PretrainingDataset(Dataset):
         return len(self.draws)
 
     def lengths(self) -> np.ndarray:
-        """Return the token count of every example of the current draw (from the shards' offsets,
+        """Return the token count of every example of the current draw (stored examples say it
         without reading their tokens); computed once per draw."""
         draw = self.epoch % len(self.draws)
         if draw not in self._lengths:
             examples = self.draws[draw]
-            self._lengths[draw] = (examples.lengths() if isinstance(examples, ShardExamples) else
+            self._lengths[draw] = (examples.lengths() if isinstance(examples, StoredExamples) else
                                    np.array([len(e.input_ids) for e in examples], dtype=np.int64))
         return self._lengths[draw]
-
-    def row_seed(self, index: int) -> int:
-        """Return the masking seed of example `index` in the current epoch."""
-        copy = self.epoch if self.mask_schedule == "dynamic" else self.epoch % self.mask_copies
-        return int(example_seed(self.seed, copy, index))
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -198,14 +225,14 @@ class PretrainingDataset(Dataset):
     def digest(self) -> str:
         """Return a short SHA-256 of the examples (their ids, segments and labels), not of the masks.
 
-        What a resume compares: two corpora that give as many examples still differ here. Shards
-        are told apart by their meta.json and document list, without reading every token.
+        What a resume compares: two corpora that give as many examples still differ here. Stored
+        examples add their own identity (`StoredExamples.update_digest`; a shard folder's
+        meta.json and document list) instead of every token.
         """
         h = hashlib.sha256()
         for draw in self.draws:
-            if isinstance(draw, ShardExamples):
-                h.update(f"draw {draw.draw}".encode() if draw.draw else b"")
-                hash_listing(h, draw.folder)
+            if isinstance(draw, StoredExamples):
+                draw.update_digest(h)
                 continue
             for ex in draw:
                 h.update(np.asarray(ex.input_ids, dtype=np.int64).tobytes())
@@ -213,18 +240,30 @@ class PretrainingDataset(Dataset):
         return h.hexdigest()[:16]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        ex = self.examples[index]
-        input_ids = np.asarray(ex.input_ids, dtype=np.int64)
-        item = {
-            "input_ids": input_ids,
-            "token_type_ids": segment_ids(len(input_ids), ex.a_len),
-            "next_sentence_label": ex.next_sentence_label,
-            "index": index,
-            "row_seed": self.row_seed(index),
-        }
-        if self.word_ids is not None:
-            item["word_ids"] = self.word_ids[index]
-        return item
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Return the items of `indices`: what a DataLoader asks for, a batch at a time.
+
+        An item's `row_seed` is its masking seed in the current epoch: dynamic masking seeds by
+        the epoch, static by the mask copy (`bertlab.masking.example_seed`, the whole batch in
+        one call). Its `token_type_ids` are 0 up to A's [SEP] and 1 after
+        (what `bertlab.pairs.segment_ids` gives).
+        """
+        copy = self.epoch if self.mask_schedule == "dynamic" else self.epoch % self.mask_copies
+        seeds = example_seed(self.seed, copy, np.asarray(indices, dtype=np.int64)).tolist()
+        items = []
+        for index, seed in zip(indices, seeds, strict=True):
+            ex = self.examples[index]
+            input_ids = np.asarray(ex.input_ids, dtype=np.int64)
+            positions = np.arange(len(input_ids))
+            items.append({"input_ids": input_ids,
+                          "token_type_ids": (positions >= ex.a_len + 2).astype(np.int64),
+                          "next_sentence_label": ex.next_sentence_label,
+                          "index": index, "row_seed": seed})
+            if self.word_ids is not None:
+                items[-1]["word_ids"] = self.word_ids[index]
+        return items
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,20 +349,15 @@ class PretrainingCollator:
         _check_epoch(epoch)
         self.epoch = epoch
 
-    def _row_seeds(self, items: Sequence[dict[str, Any]]) -> torch.Tensor:
-        """Return each item's masking seed: its `row_seed`, else one from (seed, epoch, index)."""
-        if all("row_seed" in item for item in items):
-            return torch.tensor([item["row_seed"] for item in items], dtype=torch.int64)
-        if not all("row_seed" in item or "index" in item for item in items):
+    def _row_seed(self, item: dict[str, Any]) -> int:
+        """Return the masking seed of an item without a `row_seed`: from (seed, epoch, index)."""
+        if "index" not in item:
             raise ValueError(
                 "PretrainingCollator: an item has neither 'row_seed' nor 'index', so its mask "
                 "cannot be the same in every worker and batch; give each row its number, e.g. "
                 "dataset.add_column('index', range(len(dataset))), and keep that column in "
                 "transformers.Trainer with TrainingArguments(remove_unused_columns=False)")
-        seeds = [item["row_seed"] if "row_seed" in item
-                 else int(example_seed(self.seed, self.epoch, int(item["index"])))
-                 for item in items]
-        return torch.tensor(seeds, dtype=torch.int64)
+        return int(example_seed(self.seed, self.epoch, int(item["index"])))
 
     def _word_ids(self, items: Sequence[dict[str, Any]], ids: np.ndarray) -> torch.Tensor:
         """Word index per token (B, T), -1 on specials and padding: the items' own, or from "##"."""
@@ -357,7 +391,9 @@ class PretrainingCollator:
             attention[row, :n] = 1
         word_ids = self._word_ids(items, ids) if self.vocab is not None else None
         attention_mask = torch.from_numpy(attention)
-        row_seeds = self._row_seeds(items)
+        # Each row's masking seed: its own (`PretrainingDataset` gives one), else its index's.
+        row_seeds = torch.tensor([item["row_seed"] if "row_seed" in item else self._row_seed(item)
+                                  for item in items], dtype=torch.int64)
         # Padding is never selected (attention_mask), so its labels are -100 too.
         masked, labels = mask_tokens(
             torch.from_numpy(ids), self.special, self.masking, attention_mask=attention_mask,
@@ -640,7 +676,7 @@ class LoaderOptions:
 
 
 def pretraining_loader(
-    source: Sequence[Document] | Sequence[Example] | str | Path,
+    source: Sequence[Document] | Sequence[Example] | StoredExamples | PairDraws,
     tokenizer: Tokenizer | SpecialIds,
     *,
     split: str | None = "train",
@@ -651,31 +687,32 @@ def pretraining_loader(
     """Return an `EpochLoader` of pretraining batches (dicts of the five model inputs) for one split.
 
     `source`: Documents (those whose `split` matches are turned into examples with `seed`;
-    `split=None` takes all), `Example`s (used as given; pass `split=None`), or a shard folder
-    from `prepare_shards` (its `split` sub-folder, or the folder itself). `options`
-    (`LoaderOptions`, its defaults when None) holds every other setting: `options.pairs` says
-    how examples are built from Documents: "nsp" (B follows A, or comes from another
-    document), "sop" (A and B back to back, swapped half the time) or "single" ([CLS] text
-    [SEP] with no pair label, for masked LM alone: `bertlab.pairs`). A shard folder holds NSP
-    pairs, or single segments (`prepare --segments single`) that `pairs="single"` reads; any
-    other `pairs` for what it holds is refused. `word_ids`: with given examples, one word-id
+    `split=None` takes all), `Example`s (used as given; pass `split=None`), or examples that
+    stay on disk (`StoredExamples`, or `PairDraws` of them, one per draw; `split` names the
+    split they hold). `options` (`LoaderOptions`, its defaults when None) holds every other
+    setting: `options.pairs` says how examples are built from Documents: "nsp" (B follows A,
+    or comes from another document), "sop" (A and B back to back, swapped half the time) or
+    "single" ([CLS] text [SEP] with no pair label, for masked LM alone: `bertlab.pairs`);
+    stored examples must hold what it names. `word_ids`: with given examples, one word-id
     list per example (`bertlab.zh.nsp_word_ids`), so `whole_word=True` masks those words (the
-    Chinese path) instead of "##" words.
+    Chinese path) instead of "##" words. A folder of shards from `prepare` is read by
+    `bertlab.engine.shards.shard_loader`, which checks what it holds and passes its stored
+    examples here; a path given here is refused with that fix.
 
     `pair_draws=K`: cut the documents into pairs K times (draw k with `pair_draw_seed(seed, k)`;
-    draw 0 is the one `pair_draws=1` gives) and train epoch e on draw e % K. A shard folder
-    holds its draws (`prepare --pair-draws K`): None reads them all, a smaller K the first K.
-    Each pass over the loader moves to the next epoch; `loader.set_epoch(e)` chooses it (do
-    that when resuming).
+    draw 0 is the one `pair_draws=1` gives) and train epoch e on draw e % K. Each pass over the
+    loader moves to the next epoch; `loader.set_epoch(e)` chooses it (do that when resuming).
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
-    options = LoaderOptions() if options is None else options
-    if not isinstance(options, LoaderOptions):
-        raise ValueError(f"options={options!r}; pass a bertlab.data.LoaderOptions, e.g. "
-                         f"LoaderOptions(batch_size=16), or a recipe's loader_options()")
-    if split is not None and split not in SPLITS:
-        raise ValueError(f"split={split!r} is not known; use one of {SPLITS} or None")
+    if isinstance(source, (str, Path)):
+        raise BadInput(f"pretraining_loader: source '{source}'",
+                       "a path; the loader takes Documents or examples, not files",
+                       "pass a shard folder from prepare to bertlab.engine.shards.shard_loader"
+                       "(folder, tokenizer, split=..., seed=..., options=...), which checks what "
+                       "it holds and reads its examples from disk, or a corpus's Documents "
+                       "(bertlab.load_corpus(path))")
+    options = checked_loader_options(options, split)
     schedule = options.mask_schedule or ("dynamic" if split in ("train", None) else "static")
     examples = _examples(source, tokenizer, split, options, seed, word_ids is not None)
     dataset = PretrainingDataset(examples, word_ids=word_ids, seed=seed, mask_schedule=schedule,
@@ -693,9 +730,7 @@ def pretraining_loader(
     collate = PretrainingCollator(tokenizer, options.masking, whole_word=options.whole_word,
                                   pad_to_multiple_of=options.pad_to_multiple_of,
                                   return_word_ids=options.return_word_ids)
-    # Ready-made examples: how the caller built them is not known here (None).
-    first = None if isinstance(source, (str, Path)) else source[0]
-    built = options.pairs if first is None or isinstance(first, Document) else None
+    built = _built_pairs(source, options)
     loading = dict(collate_fn=collate, num_workers=options.num_workers,
                    pin_memory=options.pin_memory, seed=seed, pairs=built,
                    max_seq_len=_pair_length(dataset, options, built))
@@ -706,11 +741,37 @@ def pretraining_loader(
                        sampler=_sampler(dataset, options, seed), **loading)
 
 
+def checked_loader_options(options: LoaderOptions | None, split: str | None) -> LoaderOptions:
+    """Return `options` (`LoaderOptions()` when None) once it and `split` are checked, as
+    `pretraining_loader` (and `bertlab.engine.shards.shard_loader`) first do; raise ValueError
+    naming the fix otherwise."""
+    options = LoaderOptions() if options is None else options
+    if not isinstance(options, LoaderOptions):
+        raise ValueError(f"options={options!r}; pass a bertlab.data.LoaderOptions, e.g. "
+                         f"LoaderOptions(batch_size=16), or a recipe's loader_options()")
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split={split!r} is not known; use one of {SPLITS} or None")
+    pair_builder(options.pairs)  # an unknown kind of pairs is refused whatever the source
+    if options.pair_draws is not None:
+        check_pair_draws(options.pair_draws)
+    return options
+
+
+def _built_pairs(source: Sequence[Document] | Sequence[Example] | StoredExamples | PairDraws,
+                 options: LoaderOptions) -> str | None:
+    """Return how the loader's examples were built: `options.pairs` from Documents, what stored
+    examples hold (checked to be the same), None for ready-made examples (not known here)."""
+    first = source.draws[0] if isinstance(source, PairDraws) else source
+    if isinstance(first, StoredExamples):
+        return first.pairs
+    return options.pairs if isinstance(first[0], Document) else None
+
+
 def _pair_length(dataset: PretrainingDataset, options: LoaderOptions, built: str | None) -> int | None:
-    """Return the length the loader's examples were cut at: the shards' own, the one asked for
-    from Documents, or None for ready-made examples (their builder's)."""
-    if isinstance(dataset.examples, ShardExamples):
-        return dataset.examples.meta["max_seq_len"]
+    """Return the length the loader's examples were cut at: stored examples' own, the one asked
+    for from Documents, or None for ready-made examples (their builder's)."""
+    if isinstance(dataset.examples, StoredExamples):
+        return dataset.examples.max_seq_len
     return options.max_seq_len if built else None
 
 
@@ -747,39 +808,16 @@ def _grouped_batches(dataset: PretrainingDataset, options: LoaderOptions,
                                      rank=rank)
 
 
-def _shard_folder_of(source: str | Path, split: str | None, pairs: str) -> Path:
-    """Return the folder of `split`'s shards under `source` after checking that they hold the
-    examples `pairs` asks for (NSP pairs for "nsp", `prepare --segments single` for "single";
-    no shards hold other pairs); raise ValueError naming the fix otherwise."""
-    if pairs not in ("nsp", SINGLE):
-        raise ValueError(f"pretraining_loader: {source} is a shard folder, and shards hold NSP "
-                         f"pairs or single segments (what prepare builds); {pairs} pairs are "
-                         f"built from documents: pass the corpus itself, not prepared shards")
-    folder = shard_folder(source, split)
-    held = shard_segments(folder)
-    if held == SINGLE and pairs != SINGLE:
-        raise ValueError(f"pretraining_loader: the shards in {folder} hold single segments "
-                         f"(prepare --segments single), which have no {pairs} pairs; pass "
-                         f"LoaderOptions(pairs='single') to train masked LM alone on them, or "
-                         f"prepare the "
-                         f"corpus again without --segments single for NSP pairs")
-    if held != SINGLE and pairs == SINGLE:
-        raise ValueError(f"pretraining_loader: the shards in {folder} hold NSP pairs; single "
-                         f"segments are built from documents: pass the corpus itself, not "
-                         f"prepared shards, or prepare them with --segments single")
-    return folder
-
-
 def _examples(
-    source: Sequence[Document] | Sequence[Example] | str | Path, tokenizer: Tokenizer | SpecialIds,
-    split: str | None, options: LoaderOptions, seed: int, with_word_ids: bool,
-) -> Sequence[Example] | ShardExamples | PairDraws:
-    """Return the examples `pretraining_loader` reads: built from Documents, given, or on disk."""
-    pair_builder(options.pairs)  # an unknown kind of pairs is refused whatever the source
+    source: Sequence[Document] | Sequence[Example] | StoredExamples | PairDraws,
+    tokenizer: Tokenizer | SpecialIds, split: str | None, options: LoaderOptions, seed: int,
+    with_word_ids: bool,
+) -> Sequence[Example] | StoredExamples | PairDraws:
+    """Return the examples `pretraining_loader` reads: built from Documents, given, or stored."""
     pair_draws = options.pair_draws
-    if pair_draws is not None:
-        check_pair_draws(pair_draws)
-    items = None if isinstance(source, (str, Path)) else list(source)
+    if isinstance(source, (StoredExamples, PairDraws)):
+        return _stored(source, options, with_word_ids)
+    items = list(source)
     if items and isinstance(items[0], Example):
         if pair_draws not in (None, 1):
             raise ValueError(f"pretraining_loader got ready-made pair examples and "
@@ -793,19 +831,7 @@ def _examples(
             )
         return items
     if with_word_ids:
-        raise ValueError("pretraining_loader: word_ids go with the NSP examples they were built "
-                         "for (nsp_word_ids); pass those examples, not Documents or shards")
-    if items is None:
-        folder = _shard_folder_of(source, split, options.pairs)
-        held = pair_draws_in(folder)
-        if pair_draws is not None and pair_draws > held:
-            raise ValueError(f"pretraining_loader: pair_draws={pair_draws}, but the shards in "
-                             f"'{folder}' hold {held} draw(s) of pairs; prepare them again with "
-                             f"--pair-draws {pair_draws}, or pass pair_draws <= {held}")
-        count = held if pair_draws is None else pair_draws
-        if count == 1:
-            return ShardExamples(folder)
-        return PairDraws([ShardExamples(folder, draw=k) for k in range(count)])
+        raise ValueError(_WORD_IDS_GO_WITH_EXAMPLES)
     if items and isinstance(items[0], Document):
         chosen = items if split is None else split_documents(items)[split]
         if not chosen:
@@ -816,7 +842,32 @@ def _examples(
         return _built_examples(chosen, tokenizer, options, seed)
     kind = type(items[0]).__name__ if items else "nothing"
     raise ValueError(f"pretraining_loader takes Documents, Examples (bertlab.pairs) or a "
-                     f"shard folder; got {kind}")
+                     f"shard folder's stored examples (bertlab.engine.shards.shard_loader "
+                     f"reads them); got {kind}")
+
+
+_WORD_IDS_GO_WITH_EXAMPLES = ("pretraining_loader: word_ids go with the NSP examples they were "
+                              "built for (nsp_word_ids); pass those examples, not Documents or "
+                              "shards")
+
+
+def _stored(source: StoredExamples | PairDraws, options: LoaderOptions,
+            with_word_ids: bool) -> StoredExamples | PairDraws:
+    """Return stored examples (or their draws) as given, once they agree with `options`."""
+    if with_word_ids:
+        raise ValueError(_WORD_IDS_GO_WITH_EXAMPLES)
+    draws = source.draws if isinstance(source, PairDraws) else [source]
+    if options.pair_draws not in (None, len(draws)):
+        raise ValueError(f"pretraining_loader got {len(draws)} draw(s) of examples and "
+                         f"pair_draws={options.pair_draws}; leave pair_draws out to train on "
+                         f"the draws given, or give {options.pair_draws} of them")
+    held = {d.pairs for d in draws if isinstance(d, StoredExamples)}
+    if held - {options.pairs}:
+        raise ValueError(f"pretraining_loader: the stored examples hold {'/'.join(sorted(held))} "
+                         f"examples, not the {options.pairs} pairs LoaderOptions asks for; pass "
+                         f"LoaderOptions(pairs={min(held)!r}), or build {options.pairs} pairs "
+                         f"from the documents")
+    return source
 
 
 def _built_examples(docs: list[Document], tokenizer: Tokenizer | SpecialIds,

@@ -3,8 +3,9 @@
 Every method returns the same `ClassificationResult` (accuracy, macro-F1, confusion matrix on a
 held-out split), so their tables line up. Read top to bottom:
 
-- The task: `load_task` reads a named task (`TASKS`, "bbc-topic") or your own labelled folder
-  or file; `labelled_splits` sets its training, validation and evaluation documents apart.
+- The task: documents and their labels (`bertlab.engine.tasks.load_task` reads a named task,
+  "bbc-topic", or your own labelled folder or file); `labelled_splits` sets their training,
+  validation and evaluation documents apart.
 - The inputs, [CLS] title + first sentences [SEP] (`document_chunks`), and the metrics every
   method reports (`classification_metrics`).
 - `linear_probe`: the encoder frozen, logistic regression on its [CLS] vectors (`cls_features`):
@@ -15,7 +16,7 @@ held-out split), so their tables line up. Read top to bottom:
   `bertlab.train` and a classification loss; `FinetuneConfig` holds its settings.
   `from_scratch`: the same architecture and recipe from random weights (the gap to it is what
   pretraining is worth).
-- `compare_downstream`: all four on one task; `format_table` prints them side by side.
+- `compare_methods`: all four on one task; `format_table` prints them side by side.
 
 Taught in notebooks/06_cls_and_downstream.ipynb.
 """
@@ -26,23 +27,17 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.corpus import SPLITS, Document, split_documents
+from bertlab.corpus import SPLITS, Document
 from bertlab.data import EpochLoader, EpochShuffleSampler
-from bertlab.engine.files import folder_kind
-from bertlab.engine.loading import load_model
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.records import row_format
-from bertlab.engine.textfiles import ARTEFACT_KINDS, folder_contents
 from bertlab.errors import BadInput, check_number
 from bertlab.model import BertConfig, BertForSequenceClassification, BertModel
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
@@ -52,87 +47,7 @@ POOLINGS = ("pooled", "cls", "mean")  # which vector of the encoder a probe read
 PROBE_C_GRID = (0.01, 0.1, 1.0, 10.0)  # inverse regularisation strengths tried on validation
 
 # ---------------------------------------------------------------------------------------------
-# Tasks, labels and splits
-
-
-@dataclass(frozen=True)
-class DownstreamTask:
-    """A named classification task: which corpus, and which field of a `Document` is the label."""
-
-    name: str
-    corpus: str
-    description: str
-
-    def load(self, read: Mapping[str, Any] | None = None) -> tuple[list[Document], list[str]]:
-        """Return the task's documents and their labels (aligned lists); `read`: `load_corpus`
-        keywords (a named corpus refuses fields: it has none)."""
-        docs = load_corpus(self.corpus, **(read or {}))
-        return docs, [d.label for d in docs]
-
-
-TASKS: dict[str, DownstreamTask] = {
-    "bbc-topic": DownstreamTask("bbc-topic", "bbc", "BBC News topic, 5 classes "
-                                "(business, entertainment, politics, sports, tech)"),
-}
-
-
-def load_task(name: str | Path, *, read: Mapping[str, Any] | None = None
-              ) -> tuple[list[Document], list[str]]:
-    """Return (documents, labels) of a downstream task: a named one such as "bbc-topic", a
-    folder of labelled text, one sub-folder per label (a file's label is the sub-folder of the
-    task folder it lies under, however deep, as `load_corpus` reads it), or a file of rows
-    (.jsonl, .csv, .tsv, .parquet) whose field "label" (or `read["label_field"]`) labels each
-    document. `read` holds `load_corpus`'s text_field, doc_field, label_field, on_bad_row and
-    counts.
-    The documents keep their train/validation/test split.
-    """
-    if isinstance(name, str) and name in TASKS:
-        if Path(name).exists():
-            raise ValueError(f"task '{name}' names both the built-in task and the "
-                             f"{'folder' if Path(name).is_dir() else 'file'} ./{name} here; "
-                             f"write ./{name} for yours")
-        return TASKS[name].load(read)
-    folder = Path(name)
-    if folder.is_file() and row_format(folder):
-        docs = load_corpus(folder, **{"label_field": "label", **(read or {})})
-        return _check_classes(name, docs), [d.label for d in docs]
-    if not folder.is_dir():
-        raise ValueError(f"task '{name}' is neither a known task ({', '.join(sorted(TASKS))}) "
-                         f"nor a folder; pass a folder of labelled text: one sub-folder per "
-                         f"label, holding that label's .txt files (or a .jsonl, .csv, .tsv or "
-                         f".parquet file with a label field)")
-    docs = load_corpus(folder, **(read or {}))
-    _check_label_folders(folder, {d.label for d in docs})
-    loose = [d.id for d in docs if d.label is None]
-    if loose:
-        raise ValueError(f"task folder '{name}': {len(loose)} file(s) lie directly in it, with "
-                         f"no label (e.g. {loose[0]}); put each file in a sub-folder named after "
-                         f"its label")
-    return _check_classes(name, docs), [d.label for d in docs]
-
-
-def _check_label_folders(folder: Path, labels: set[str | None]) -> None:
-    """Raise if a label sub-folder of a task folder gave no document: its class would be missing."""
-    for sub in sorted(folder.iterdir()):
-        if sub.name.startswith(".") or not sub.is_dir() or sub.name in labels or \
-                folder_kind(sub) in ARTEFACT_KINDS:
-            continue  # skipped with a warning by the corpus walk, like in any corpus folder
-        _, skipped = folder_contents(sub)
-        holds = f"only {skipped}" if skipped else "no file"
-        raise BadInput(f"task folder '{folder}'", f"its label folder '{sub}' holds {holds} that "
-                       f"could be read as text, so class '{sub.name}' would be missing",
-                       "put that label's text in it as .txt files, or move the folder out")
-
-
-def _check_classes(name: str | Path, docs: list[Document]) -> list[Document]:
-    """Return `docs`, or raise if their labels make fewer than two classes."""
-    classes = sorted({d.label for d in docs})
-    if len(classes) < 2:
-        what = "folder" if Path(name).is_dir() else "file"
-        fix = "sub-folders of labelled text" if what == "folder" else "labels among its rows"
-        raise ValueError(f"task {what} '{name}' has one label ({classes[0]}); a classifier "
-                         f"needs at least two {fix}")
-    return docs
+# Labels and splits
 
 
 def sample_per_class(indices: Sequence[int], labels: Sequence[str], k: int | None,
@@ -455,7 +370,7 @@ class ProbeConfig:
     """Every setting of the linear probe and the TF-IDF baseline, with its default.
 
     `tfidf_baseline` reads `C`, `max_seq_len` (None: whole documents, as words), `seed` and
-    `eval_split`; `pooling` and `max_chunks` are the probe's alone. `compare_downstream` builds
+    `eval_split`; `pooling` and `max_chunks` are the probe's alone. `compare_methods` builds
     one per seed from its `FinetuneConfig`, so every method reads and scores the same text.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
@@ -570,7 +485,7 @@ def tfidf_baseline(docs: Sequence[Document], labels: Sequence[str] | None = None
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning: every weight trained on the task, from pretrained or from random weights
 
-METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_downstream runs
+METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_methods runs
 # The settings the `finetune` command has a flag for (`--epochs`...), named in their errors.
 _FLAGGED = ("epochs", "lr", "batch_size", "max_seq_len", "device")
 
@@ -670,11 +585,14 @@ class ClassificationObjective(Objective):
         return out.loss_sum / max(totals["sequences"], 1.0)
 
 
-def _as_classifier(source: nn.Module | BertConfig | str | Path, num_labels: int,
+def _as_classifier(source: nn.Module | BertConfig, num_labels: int,
                    generator: torch.Generator) -> tuple[BertForSequenceClassification, str]:
     """Return a fresh classifier whose encoder is copied from `source` (random for a config)."""
-    if isinstance(source, (str, Path)):
-        source = load_model(source)[0]
+    if isinstance(source, (str, Path)):  # folders on disk are the engine's to open
+        raise BadInput(f"finetune_classifier's pretrained '{source}'", "it is a path, and "
+                       "bertlab.finetune fine-tunes a model it is given",
+                       "pass bl.load_model(path)[0], or call bl.finetune_classifier "
+                       "(bertlab.engine.tasks), which opens run and Hugging Face folders")
     if isinstance(source, BertConfig):
         return BertForSequenceClassification(source, num_labels, generator=generator), "random"
     encoder = bert_encoder(source)
@@ -698,7 +616,7 @@ def predict(model: BertForSequenceClassification, docs: Sequence[Document],
 
 
 def finetune_classifier(
-    pretrained: nn.Module | BertConfig | str | Path,
+    pretrained: nn.Module | BertConfig,
     docs: Sequence[Document],
     labels: Sequence[str] | None = None,
     *,
@@ -712,9 +630,9 @@ def finetune_classifier(
     (the trained model is in `result.model`).
 
     `pretrained`: a bertlab model (its encoder and pooler are copied; the original is not
-    changed), a Hugging Face folder or a pretraining run folder, or a `BertConfig` for a random
-    initialisation (the "from scratch" baseline). Training uses the documents whose split is
-    "train" (`k_per_class` of each class when given, drawn with `config.seed`) and the training
+    changed), or a `BertConfig` for a random initialisation (the "from scratch" baseline);
+    `bertlab.engine.tasks.finetune_classifier` (`bl.finetune_classifier`) also starts from a run
+    or Hugging Face folder. Training uses the documents whose split is "train" (`k_per_class` of each class when given, drawn with `config.seed`) and the training
     loop of `bertlab.train` (AdamW, warmup + linear decay, mixed precision, checkpoints in
     `out_dir` when given); scores are on `config.eval_split`, with the validation accuracy in
     `details`. `config` is a `FinetuneConfig`, or a `TrainConfig` used as is (inputs and the
@@ -790,45 +708,38 @@ def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
 # Every method side by side
 
 
-def _check_task_splits(task: str | Path, docs: Sequence[Document], eval_split: str) -> None:
-    """Refuse a task with no training or no `eval_split` documents, in the user's words: the
-    documents are split by name, not by a field anyone set."""
-    counts = {name: len(part) for name, part in split_documents(docs).items()}
-    for name in ("train", eval_split):
-        if counts.get(name, 1) == 0:
-            raise ValueError(f"task '{task}' is too small: none of its {len(docs)} documents "
-                             f"falls in the {name} split (each document goes to train, "
-                             f"validation or test by a hash of its name, about 80/10/10); add "
-                             f"labelled documents, a few dozen per label or more")
+def check_methods(methods: Sequence[str]) -> None:
+    """Raise if `methods` names one that is not in `METHODS`."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
 
 
-def compare_downstream(
+def compare_methods(
     pretrained: nn.Module,
     tokenizer: Tokenizer,
-    task: str | Path = "bbc-topic",
+    docs: Sequence[Document],
+    labels: Sequence[str] | None = None,
     *,
     config: FinetuneConfig | None = None,
     k_per_class: Sequence[int | None] = (None,),
     seeds: Sequence[int] = (0,),
     methods: Sequence[str] = METHODS,
-    read: Mapping[str, Any] | None = None,
 ) -> list[ClassificationResult]:
     """Return the results of fine-tuning, the [CLS] linear probe, TF-IDF and from-scratch
-    training on a task (`load_task`: a name, a labelled folder or a file of rows read with
-    `read`), for each labels-per-class budget and seed (`format_table` prints them side by side).
+    training on the documents and their labels (each document's `label` when `labels` is None),
+    for each labels-per-class budget and seed (`format_table` prints them side by side).
     `config` holds the fine-tuning settings, and what every method reads and is scored on (its
     max_seq_len, max_chunks and eval_split); each run takes its seed from `seeds`.
+    `bertlab.engine.tasks.compare_downstream` reads a named task or your own folder, then calls
+    this.
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+    check_methods(methods)
     config = config or FinetuneConfig()
     check_tokenizer_fits(tokenizer, bert_encoder(pretrained).config.vocab_size,
-                         "compare_downstream")
-    docs, labels = load_task(task, read=read)
-    _check_task_splits(task, docs, config.eval_split)
+                         "compare_methods")
     features = None
     if "linear probe" in methods:
         features = cls_features(pretrained, docs, tokenizer, max_seq_len=config.max_seq_len,

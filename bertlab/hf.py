@@ -1,7 +1,8 @@
 """Hugging Face interop: map weights to and from `transformers` BERT names; export and import.
 
 Read top to bottom: the state-dict mapping (`to_hf_state_dict`, `from_hf_state_dict`), the
-config.json fields, the export and the import. A folder written by `save_hf` loads with
+config.json fields, the export's files (`hf_files`, `write_hf`) and the import. A folder written
+by `bertlab.engine.card.save_hf` loads with
 `transformers.BertForPreTraining.from_pretrained(dir)` and
 `BertTokenizerFast.from_pretrained(dir)`; `load_hf` reads such folders (ours or Hugging Face's)
 back. The files are plain JSON and safetensors, so none of this imports `transformers`.
@@ -29,14 +30,6 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bertlab.data import PretrainingCollator
-from bertlab.engine.files import (
-    LOCK_NAME,
-    atomic_write_folder,
-    check_output_folder,
-    describe_kind,
-    folder_kind,
-    keep_entry,
-)
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
 
@@ -101,10 +94,6 @@ class ModelFolderMissingError(ValueError, FileNotFoundError):
     A ValueError (bad input, like every other refusal here) that is also a FileNotFoundError,
     so code that catches the latter keeps working.
     """
-
-
-class OutputFolderTakenError(ValueError, FileExistsError):
-    """`save_hf` was pointed at a folder that holds something other than a Hugging Face export."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,37 +319,14 @@ def _tokenizer_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, s
     }
 
 
-def save_hf(
-    model: BertForPreTraining | BertForSequenceClassification,
-    tokenizer: Tokenizer | None,
-    out_dir: str | Path,
-    label_names: list[str] | None = None,
-    card: str | None = None,
-) -> Path:
-    """Return `out_dir` after writing a Hugging Face folder there: config.json,
-    model.safetensors, (unless `tokenizer` is None) the tokenizer files and (with `card`, the
-    text of a model card from `bertlab.engine.card`) README.md.
-
-    The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
-    a crash never leaves half a model. An existing export there is replaced, and the files in it
-    that an export does not write are kept, a README.md of the user's too (one without
-    `CARD_MARK`: `card` then is not written), and so is a folder that holds only such a
-    README.md; weights of another format there are refused. Any other non-empty folder, a file or a path under a file is
-    refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
-    FileExistsError, for a folder that holds something else).
-
-    Taught in notebooks/04_encoder.ipynb
+def hf_files(model: BertForPreTraining | BertForSequenceClassification,
+             tokenizer: Tokenizer | None, label_names: list[str] | None = None,
+             ) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """Return what a Hugging Face folder of `model` holds: its text files (name -> text:
+    config.json and, unless `tokenizer` is None, the tokenizer files) and the tensors of
+    model.safetensors. `write_hf` writes them; `bertlab.engine.card.save_hf` does both, into a
+    folder it builds aside and renames into place.
     """
-    out_dir = Path(out_dir)
-    kind = folder_kind(out_dir)
-    if kind == "other" and holds_only_users_readme(out_dir):
-        kind = "readme"  # a folder made for the export, with its README written first
-    if kind not in ("missing", "empty", "hf", "file", "readme"):
-        raise OutputFolderTakenError(
-            f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
-            f"replaced; choose a new or empty folder (nothing was written)")
-    check_output_folder(out_dir, "out_dir",
-                        accept=("hf", "other") if kind == "readme" else ("hf",))
     files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
     if tokenizer is not None:
         if tokenizer.get_vocab_size() != model.config.vocab_size:
@@ -371,51 +337,14 @@ def save_hf(
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}
-    replacing = kind in ("hf", "readme")
-    if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
-        files["README.md"] = card
-    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if replacing else []
-
-    def write(folder: Path) -> None:
-        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        for name, text in files.items():
-            (folder / name).write_text(text, encoding="utf-8")
-        for entry in kept:  # the user's own files come along into the new folder
-            keep_entry(entry, folder / entry.name)
-
-    return atomic_write_folder(out_dir, write)
+    return files, tensors
 
 
-def holds_only_users_readme(folder: Path) -> bool:
-    """Return whether `folder` holds a README.md of the user's and nothing else (but a lock):
-    a folder an export may fill, keeping that README."""
-    names = {e.name for e in folder.iterdir()} - {LOCK_NAME}
-    return names == {"README.md"} and is_users_readme(folder / "README.md")
-
-
-def is_users_readme(path: Path) -> bool:
-    """Return whether `path` is there and is not a model card bertlab wrote (no CARD_MARK)."""
-    if not path.exists():
-        return False
-    return not (path.is_file() and CARD_MARK in path.read_text(encoding="utf-8", errors="replace"))
-
-
-_WEIGHT_FILES = (".bin", ".safetensors", ".h5", ".msgpack", ".ckpt", ".index.json")
-
-
-def _kept_entries(folder: Path, written: set[str]) -> list[Path]:
-    """Return what an export replacing `folder` keeps: every entry it does not write itself.
-
-    Weights it did not write (another format, or shards) are refused: beside the new
-    model.safetensors they would make the folder two models at once.
-    """
-    kept = sorted(e for e in folder.iterdir() if e.name not in written)
-    weights = [e.name for e in kept if e.name.endswith(_WEIGHT_FILES)]
-    if weights:
-        raise OutputFolderTakenError(
-            f"'{folder}' also holds {', '.join(weights)}: weights that this export would not "
-            f"replace; move them out first, or export to a new folder (nothing was written)")
-    return kept
+def write_hf(folder: Path, files: dict[str, str], tensors: dict[str, torch.Tensor]) -> None:
+    """Write `hf_files`' files and tensors (model.safetensors) into the existing `folder`."""
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,7 +65,9 @@ def _signed64(x: int) -> int:
 _GAMMA = _signed64(0x9E3779B97F4A7C15)  # splitmix64's counter increment (golden ratio)
 _MIX1 = _signed64(0xBF58476D1CE4E5B9)
 _MIX2 = _signed64(0x94D049BB133111EB)
+_LOW63 = (1 << 63) - 1  # a seed's bits: non-negative as an int64
 _LOW53 = (1 << 53) - 1
+_UNIT53 = 1.0 / (1 << 53)  # a 53-bit integer k times this is the uniform k / 2**53
 _LOW32 = (1 << 32) - 1
 _KIND_BITS = 3  # each position owns 2**3 stream slots: up to 8 independent kinds of draw
 
@@ -76,13 +78,6 @@ def _mix_tensor(z: torch.Tensor) -> torch.Tensor:
     return z ^ ((z >> 31) & ((1 << 33) - 1))
 
 
-def _mix_int(z: int) -> int:
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return _signed64(z ^ (z >> 31))
-
-
 def _mix_numpy(z: np.ndarray) -> np.ndarray:
     # The same splitmix64 finalizer on uint64 arrays, whose shifts are logical and whose products
     # wrap: fewer and cheaper steps than on int64 tensors, the same numbers.
@@ -91,34 +86,43 @@ def _mix_numpy(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def example_seed(seed: int, epoch_or_dupe: int, index: int | torch.Tensor) -> int | torch.Tensor:
+def example_seed(seed: int, epoch_or_dupe: int,
+                 index: int | np.ndarray | torch.Tensor) -> int | np.ndarray | torch.Tensor:
     """Return the row seed of example `index` for pass `epoch_or_dupe` of a run seeded with `seed`.
 
     Pass the result as `mask_tokens(..., row_seeds=...)`. Dynamic masking (RoBERTa): use the epoch,
     so every epoch gets a fresh mask, identical on any number of processes or workers. Static
     masking with a dupe factor (Google's `create_pretraining_data.py`): use the copy number
-    0..mask_copies-1 and keep it fixed across epochs. `index` may be an int (returns an int) or a
-    LongTensor of indices (returns a LongTensor of seeds, same values). Seeds are non-negative.
+    0..mask_copies-1 and keep it fixed across epochs. `index` may be an int (returns an int), an
+    integer numpy array (returns an int64 array) or a LongTensor (returns a LongTensor): a whole
+    batch's seeds in one call, the same values. Seeds are non-negative.
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    # Chained splitmix64 steps: each input moves the state along the golden-ratio counter.
-    inner = _mix_int(_mix_int(seed * _GAMMA + _GAMMA) + (epoch_or_dupe + 1) * _GAMMA)
+    # Chained splitmix64 steps: each input moves the state along the golden-ratio counter. numpy's
+    # uint64 arrays wrap modulo 2**64 (arrays, not scalars, which warn when they overflow).
+    inner = _mix_numpy(np.array([(seed * _GAMMA + _GAMMA) & _MASK64], dtype=np.uint64))
+    inner = _mix_numpy(inner + np.uint64(((epoch_or_dupe + 1) * _GAMMA) & _MASK64))  # (1,)
     if isinstance(index, torch.Tensor):
         if index.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"example_seed: index has dtype {index.dtype}; pass integer indices")
-        return _mix_tensor(inner + (index.long() + 1) * _GAMMA) & ((1 << 63) - 1)
-    return _mix_int(inner + (index + 1) * _GAMMA) & ((1 << 63) - 1)
+        start = int(inner.view(np.int64)[0])
+        return _mix_tensor(start + (index.long() + 1) * _GAMMA) & _LOW63
+    indices = np.atleast_1d(np.asarray(index, dtype=np.int64)).view(np.uint64)  # (n,)
+    seeds = _mix_numpy(inner + (indices + np.uint64(1)) * np.uint64(_GAMMA & _MASK64))
+    seeds = seeds.view(np.int64) & _LOW63
+    return int(seeds[0]) if np.ndim(index) == 0 else seeds
 
 
 class Draws:
     """The random numbers of one `mask_tokens` call: from a generator, or hashed from row seeds.
 
     Keys are uniforms in [0, 1): float32 from the generator, or 53-bit integers k (standing for
-    k / 2**53) from the hash, compared with thresholds in their own units. In hash mode, draw
-    `kind` (0..7) at index j of row i is output number j * 8 + kind + 1 of the splitmix64 stream
-    that starts at row i's mixed seed. On the CPU the hash runs on numpy uint64 arrays (about
-    three times cheaper per step at batch sizes); on other devices on int64 tensors (same numbers).
+    k / 2**53) from the hash, which `grid` compares with a probability in their own units,
+    exactly. In hash mode, draw `kind` (0..7) at index j of row i is output number
+    j * 8 + kind + 1 of the splitmix64 stream that starts at row i's mixed seed. On the CPU the
+    hash runs on numpy uint64 arrays (about three times cheaper per step at batch sizes); on
+    other devices on int64 tensors (same numbers).
     """
 
     def __init__(self, generator: torch.Generator | None, row_seeds: torch.Tensor | None,
@@ -134,9 +138,9 @@ class Draws:
             else:
                 self.state = _mix_tensor(row_seeds)  # (B,)
 
-    def _start(self, length: int) -> Any:
-        """Stream position of kind 0 at every (row, index), shape (B, L)."""
-        if length not in self._starts:
+    def _hash(self, kind: int, length: int, flat: torch.Tensor | None = None) -> Any:
+        """64 hashed bits at every (row, index) of (B, L), or at the listed flat positions only."""
+        if length not in self._starts:  # the stream position of kind 0 at every (row, index)
             if self.numpy:
                 index = np.arange(length, dtype=np.uint64)
                 offset = ((index << np.uint64(_KIND_BITS)) + np.uint64(1)) * np.uint64(_GAMMA & _MASK64)
@@ -144,11 +148,7 @@ class Draws:
                 index = torch.arange(length, device=self.device)
                 offset = ((index << _KIND_BITS) + 1) * _GAMMA  # (L,)
             self._starts[length] = self.state[:, None] + offset[None, :]  # (B, 1) + (1, L)
-        return self._starts[length]
-
-    def _hash(self, kind: int, length: int, flat: torch.Tensor | None = None) -> Any:
-        """64 hashed bits at every (row, index) of (B, L), or at the listed flat positions only."""
-        start = self._start(length)
+        start = self._starts[length]
         if self.numpy:
             if flat is not None:
                 start = start.reshape(-1)[flat.cpu().numpy()]
@@ -157,26 +157,24 @@ class Draws:
             start = start.take(flat)
         return _mix_tensor(start + _signed64(kind * _GAMMA))
 
-    def grid(self, kind: int, batch: int, length: int) -> torch.Tensor:
-        """Keys for every (row, index), shape (B, L)."""
+    def grid(self, kind: int, batch: int, length: int,
+             below: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Keys for every (row, index), shape (B, L), and where they fall below the probability
+        `below` (None when not asked)."""
         if not self.hashed:
-            return torch.rand((batch, length), generator=self.generator, device=self.device)
+            keys = torch.rand((batch, length), generator=self.generator, device=self.device)
+            return keys, None if below is None else keys < below
         z = self._hash(kind, length)
         if self.numpy:
-            return torch.from_numpy((z >> np.uint64(11)).view(np.int64)).to(self.device)
-        return (z >> 11) & _LOW53
-
-    def below(self, keys: torch.Tensor, probability: float) -> torch.Tensor:
-        """Where a key, read as a uniform in [0, 1), is below `probability`."""
-        if keys.is_floating_point():
-            return keys < probability
-        return keys < math.ceil(probability * (1 << 53))  # exact: scaling by 2**53 loses nothing
+            keys = torch.from_numpy((z >> np.uint64(11)).view(np.int64)).to(self.device)
+        else:
+            keys = (z >> 11) & _LOW53
+        # k / 2**53 < p exactly when k < ceil(p * 2**53): scaling by 2**53 loses nothing.
+        return keys, None if below is None else keys < math.ceil(below * (1 << 53))
 
     def uniform(self, keys: torch.Tensor) -> torch.Tensor:
         """The keys as float64 uniforms in [0, 1)."""
-        if keys.is_floating_point():
-            return keys.double()
-        return keys.double() * (1.0 / (1 << 53))
+        return keys.double() if keys.is_floating_point() else keys.double() * _UNIT53
 
     def at(self, kind: int, flat: torch.Tensor, length: int,
            n: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -270,17 +268,7 @@ class MaskingConfig:
 
 
 BERT_MASKING = MaskingConfig()  # 15% of the tokens, then 80/10/10
-
-
-def _check_masking(masking: object) -> MaskingConfig:
-    """Return `masking` (None: BERT's), or raise ValueError naming the fix if it is not a
-    `MaskingConfig` (whose settings were checked when it was built)."""
-    if masking is None:
-        return BERT_MASKING
-    if not isinstance(masking, MaskingConfig):
-        raise ValueError(f"masking={masking!r}; pass a bertlab.masking.MaskingConfig, e.g. "
-                         f"MaskingConfig(mlm_probability=0.4)")
-    return masking
+_MASKING_FIX = "pass a bertlab.masking.MaskingConfig, e.g. MaskingConfig(mlm_probability=0.4)"
 
 
 def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]:
@@ -304,25 +292,33 @@ def _as_batch(input_ids: Any, selected: Any = None) -> tuple[torch.Tensor, bool]
 
 class _Prepared(NamedTuple):
     """The checked arguments every step takes: the ids as (B, T), whether they came as one (T,)
-    sequence, the shape they came in (for messages), the vocabulary and the randomness."""
+    sequence, the shape they came in (for messages), the vocabulary, the settings and the
+    randomness."""
 
     ids: torch.Tensor
     squeeze: bool
     shape: tuple[int, ...]
     specials: SpecialIds
+    masking: MaskingConfig
     draws: Draws
 
 
-def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Generator | None,
-             row_seeds: Any, selected: Any = None) -> _Prepared:
-    # The arguments every step takes: the ids (and a selection), the vocabulary, the randomness.
+def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, masking: object,
+             generator: torch.Generator | None, row_seeds: Any, selected: Any = None) -> _Prepared:
+    # The arguments every step takes: the ids (and a selection), the vocabulary, the settings
+    # (None: BERT's; a MaskingConfig checked its own values when it was built), the randomness.
+    if masking is None:
+        masking = BERT_MASKING
+    elif not isinstance(masking, MaskingConfig):
+        raise ValueError(f"masking={masking!r}; {_MASKING_FIX}")
     ids, squeeze = _as_batch(input_ids, selected)  # (B, T); squeeze: input_ids was one (T,)
-    specials = special_ids(tokenizer_or_special_ids)
+    specials = (tokenizer_or_special_ids if isinstance(tokenizer_or_special_ids, SpecialIds)
+                else special_ids(tokenizer_or_special_ids))
     if generator is not None and row_seeds is not None:
         raise ValueError("pass either generator= or row_seeds=, not both")
     if row_seeds is None:
-        return _Prepared(ids, squeeze, tuple(input_ids.shape), specials,
-                      Draws(generator, None, ids.device))
+        return _Prepared(ids, squeeze, tuple(input_ids.shape), specials, masking,
+                         Draws(generator, None, ids.device))
     if isinstance(row_seeds, (int, list, tuple)) and not isinstance(row_seeds, bool):
         row_seeds = torch.atleast_1d(torch.tensor(row_seeds, dtype=torch.int64))  # an int: (1,)
     if not isinstance(row_seeds, torch.Tensor) or row_seeds.dtype not in (torch.int64, torch.int32):
@@ -333,8 +329,8 @@ def _prepare(input_ids: Any, tokenizer_or_special_ids: Any, generator: torch.Gen
     if tuple(row_seeds.shape) != (len(ids),):
         raise ValueError(f"row_seeds has shape {tuple(row_seeds.shape)} but input_ids has "
                          f"{len(ids)} row(s); pass one seed per row, shape ({len(ids)},)")
-    return _Prepared(ids, squeeze, tuple(input_ids.shape), specials,
-                  Draws(None, row_seeds.to(ids.device, torch.int64), ids.device))
+    return _Prepared(ids, squeeze, tuple(input_ids.shape), specials, masking,
+                     Draws(None, row_seeds.to(ids.device, torch.int64), ids.device))
 
 
 def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
@@ -357,35 +353,24 @@ def _as_word_ids(word_ids: Any, shape: tuple[int, int], squeeze: bool,
     return tensor.to(device=device, dtype=torch.int64)
 
 
+class _Vocabulary(NamedTuple):
+    """What masking needs to know of a vocabulary, as tensors on the batch's device."""
+
+    maskable: torch.Tensor  # (V,) bool, False at the special ids: maskable[ids] marks targets-to-be
+    replacements: torch.Tensor  # (V - k,) the non-special ids in order: a uniform index into it
+    #                             is a uniform random replacement
+    first_word: int | None  # k when the specials are ids 0..k-1 (bertlab's): then ids >= k are
+    #                         the maskable ones, one comparison instead of a lookup
+
+
 @functools.lru_cache(maxsize=64)
-def _special_runs(specials: SpecialIds) -> tuple[tuple[int, int], ...]:
-    """The special ids as sorted runs of consecutive ids: ((0, 4),) for a bertlab vocabulary."""
-    runs: list[list[int]] = []
-    for token_id in sorted(set(specials.all)):
-        if runs and token_id == runs[-1][1] + 1:
-            runs[-1][1] = token_id
-        else:
-            runs.append([token_id, token_id])
-    return tuple((low, high) for low, high in runs)
-
-
-def _not_special(ids: torch.Tensor, runs: tuple[tuple[int, int], ...]) -> torch.Tensor:
-    # A range test per run of consecutive special ids: far cheaper than torch.isin on a batch.
-    keep = None
-    for low, high in runs:
-        if low == 0:  # ids are known to be >= 0
-            outside = ids > high
-        else:
-            outside = ids != low if low == high else (ids < low) | (ids > high)
-        keep = outside if keep is None else keep & outside
-    return keep
-
-
-def _nth_non_special(n: torch.Tensor, runs: tuple[tuple[int, int], ...]) -> torch.Tensor:
-    """Map 0..V-k-1 onto the non-special ids in order, so a uniform n gives a uniform token."""
-    for low, high in runs:  # ascending: step over each run of special ids in turn
-        n = n + (high - low + 1) if low == 0 else torch.where(n >= low, n + (high - low + 1), n)
-    return n
+def _vocabulary(specials: SpecialIds, device: torch.device) -> _Vocabulary:
+    # Built once per vocabulary and device: the step only looks ids up in it.
+    taken = sorted(set(specials.all))
+    maskable = torch.ones(specials.vocab_size, dtype=torch.bool)
+    maskable[taken] = False
+    first_word = len(taken) if taken == list(range(len(taken))) else None
+    return _Vocabulary(maskable.to(device), maskable.nonzero().squeeze(1).to(device), first_word)
 
 
 # --- selection ----------------------------------------------------------------------------------------
@@ -431,11 +416,13 @@ def _select_words(words: torch.Tensor, maskable: torch.Tensor, masking: MaskingC
     batch, n_words = len(words), (int(words.max()) + 1 if words.numel() else 1)
     word_length = torch.zeros((batch, n_words), dtype=torch.int64, device=words.device)
     word_length.scatter_add_(1, words, maskable.long())  # maskable tokens per word, (B, W)
-    word_keys = draws.grid(_WORD_SELECT, batch, n_words)  # (B, W)
+    bernoulli = masking.selection == "bernoulli"
+    word_keys, under = draws.grid(_WORD_SELECT, batch, n_words,  # (B, W) each
+                                  below=masking.mlm_probability if bernoulli else None)
     n_maskable = maskable.sum(dim=1)  # (B,)
     candidate = word_length > 0  # (B, W)
-    if masking.selection == "bernoulli":
-        chosen = draws.below(word_keys, masking.mlm_probability) & candidate
+    if bernoulli:
+        chosen = under & candidate
         if max_predictions is None:
             return _ensure_one(chosen, candidate, word_keys, draws.last)
         budget = torch.full_like(n_maskable, max_predictions)
@@ -497,15 +484,14 @@ def select_targets(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    masking = _check_masking(masking)
-    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds)
-    return _select(batch, masking, word_ids, attention_mask)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, masking, generator, row_seeds)
+    return _select(batch, word_ids, attention_mask)
 
 
-def _select(prepared: _Prepared, masking: MaskingConfig, word_ids: Any,
+def _select(prepared: _Prepared, word_ids: Any,
             attention_mask: torch.Tensor | None) -> torch.Tensor:
     # Step 1 on checked arguments (`_prepare`).
-    ids, squeeze, _, specials, draws = prepared
+    ids, squeeze, _, specials, masking, draws = prepared
     mlm_probability, max_predictions = masking.mlm_probability, masking.max_predictions
     (batch, length), device = ids.shape, ids.device
     if ids.numel():
@@ -514,7 +500,9 @@ def _select(prepared: _Prepared, masking: MaskingConfig, word_ids: Any,
             raise ValueError(f"input_ids holds ids from {int(low)} to {int(high)} but the "
                              f"vocabulary has {specials.vocab_size} tokens; pass the tokenizer "
                              f"that produced these ids")
-    maskable = _not_special(ids, _special_runs(specials))  # (B, T)
+    vocabulary = _vocabulary(specials, device)
+    maskable = (ids >= vocabulary.first_word if vocabulary.first_word is not None
+                else vocabulary.maskable[ids])  # (B, T)
     if attention_mask is not None:
         attention = attention_mask[None, :] if squeeze and attention_mask.dim() == 1 else attention_mask
         if tuple(attention.shape) != (batch, length):
@@ -525,12 +513,12 @@ def _select(prepared: _Prepared, masking: MaskingConfig, word_ids: Any,
     if mlm_probability == 0.0:
         selected = torch.zeros_like(maskable)
     elif word_ids is None and masking.selection == "exact":  # the budget's worth of smallest keys
-        keys = draws.grid(_SELECT, batch, length)  # (B, T)
+        keys, _ = draws.grid(_SELECT, batch, length)  # (B, T)
         budget = _exact_budget(maskable.sum(dim=1), mlm_probability, max_predictions)
         selected = _ranks(keys, maskable, draws.last) < budget[:, None]
     elif word_ids is None:  # a key below p
-        keys = draws.grid(_SELECT, batch, length)  # (B, T)
-        selected = draws.below(keys, mlm_probability) & maskable
+        keys, under = draws.grid(_SELECT, batch, length, below=mlm_probability)  # (B, T) each
+        selected = under & maskable
         if max_predictions is not None:
             selected &= _ranks(keys, maskable, draws.last) < max_predictions
         selected = _ensure_one(selected, maskable, keys, draws.last)
@@ -562,32 +550,34 @@ def perturb_targets(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    masking = _check_masking(masking)
-    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds, selected)
-    return _perturb(batch, selected, masking, word_ids, return_decisions)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, masking, generator, row_seeds, selected)
+    return _perturb(batch, selected, word_ids, return_decisions)
 
 
-def _perturb(prepared: _Prepared, selected: torch.Tensor, masking: MaskingConfig, word_ids: Any,
+def _perturb(prepared: _Prepared, selected: torch.Tensor, word_ids: Any,
              return_decisions: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     # Step 2 on checked arguments (`_prepare`).
-    squeeze, specials, draws = prepared.squeeze, prepared.specials, prepared.draws
+    squeeze, specials, masking, draws = (prepared.squeeze, prepared.specials, prepared.masking,
+                                         prepared.draws)
     mask_replace_prob, random_replace_prob = masking.mask_replace_prob, masking.random_replace_prob
     ids = prepared.ids.contiguous()  # flat positions below index the row-major layout
     batch, length = ids.shape
-    n_allowed = specials.vocab_size - len(set(specials.all))  # ids a random replacement may be
+    replacements = _vocabulary(specials, ids.device).replacements  # what a random token may be
     # Only the k targets (about 15% of the batch) are touched, as flat (k,) tensors.
     flat = selected.reshape(-1).nonzero().squeeze(1)  # (k,) positions in the flattened (B, T)
     original = ids.take(flat)
-    decide, pick = draws.at(_DECIDE, flat, length, n_allowed if random_replace_prob > 0.0 else None)
+    decide, pick = draws.at(_DECIDE, flat, length,
+                            len(replacements) if random_replace_prob > 0.0 else None)
     if word_ids is not None and masking.per_word_decision:  # a word's pieces share one decision
         words = _as_word_ids(word_ids, (batch, length), squeeze, ids.device)  # (B, T), -1 = none
         n_words = max(int(words.max()) + 1, 1) if words.numel() else 1
         word_flat = (flat // length) * n_words + words.take(flat).clamp(min=0)  # (k,) in (B, W)
-        decide = draws.uniform(draws.grid(_WORD_DECIDE, batch, n_words).take(word_flat))
+        keys, _ = draws.grid(_WORD_DECIDE, batch, n_words)  # (B, W)
+        decide = draws.uniform(keys.take(word_flat))
     # decide in [0, m): [MASK]; in [m, m + r): a random token; in [m + r, 1): kept.
     new = original
     if pick is not None:
-        pick = _nth_non_special(pick, _special_runs(specials)).to(ids.dtype)
+        pick = replacements[pick].to(ids.dtype)
         new = torch.where(decide < mask_replace_prob + random_replace_prob, pick, original)
     new = torch.where(decide < mask_replace_prob, specials.mask, new)
     masked = ids.put(flat, new)
@@ -646,13 +636,12 @@ def mask_tokens(
             raise ValueError("pass either masking= or its mlm_probability= shorthand, not both "
                              "(MaskingConfig(mlm_probability=...) holds the rate)")
         masking = MaskingConfig(mlm_probability=mlm_probability)
-    masking = _check_masking(masking)
     # One set of draws for both steps: what select_targets then perturb_targets would draw.
-    batch = _prepare(input_ids, tokenizer_or_special_ids, generator, row_seeds)
-    selected = _select(batch, masking, word_ids, attention_mask)
+    batch = _prepare(input_ids, tokenizer_or_special_ids, masking, generator, row_seeds)
+    selected = _select(batch, word_ids, attention_mask)
     # Nothing is selected at rate 0, and step 1 then never reads (nor checks) the word ids.
-    perturbed = _perturb(batch, selected, masking,
-                         word_ids if masking.mlm_probability else None, return_decisions)
+    perturbed = _perturb(batch, selected, word_ids if batch.masking.mlm_probability else None,
+                         return_decisions)
     masked, *decisions = perturbed if return_decisions else (perturbed,)
     return (masked, label_targets(input_ids, selected), *decisions)
 
@@ -674,7 +663,9 @@ def mask_tokens_reference(
 
     Taught in notebooks/02_masked_lm.ipynb.
     """
-    masking = _check_masking(masking)
+    if masking is not None and not isinstance(masking, MaskingConfig):
+        raise ValueError(f"masking={masking!r}; {_MASKING_FIX}")
+    masking = masking or BERT_MASKING
     if masking.selection != "bernoulli" or masking.max_predictions is not None:
         raise ValueError(f"mask_tokens_reference is the per-token loop: it takes "
                          f"selection='bernoulli' and no max_predictions (got "

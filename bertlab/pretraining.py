@@ -11,6 +11,7 @@ Taught in notebooks/05_pretraining.ipynb
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from pathlib import Path
@@ -24,8 +25,7 @@ from torch.utils.data import DataLoader
 
 from bertlab.config import check_train_config
 from bertlab.data import Batch, RunData, run_data_of
-from bertlab.engine.device import rank_world, resolve_compile, resolve_device
-from bertlab.engine.fast import FastPretraining, fast_inputs, target_share_bound
+from bertlab.engine.fast import FastPretraining, compiled_target_share, fast_inputs
 from bertlab.engine.hooks import check_loader_batch
 from bertlab.errors import BadInput
 from bertlab.masking import IGNORE_INDEX
@@ -68,15 +68,7 @@ def pretraining_loss(model: nn.Module, batch: Batch, totals: dict[str, float],
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    if pair_objective(objectives) is None:
-        batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-    sums = model(**batch).loss_sums
-    loss = None
-    for name in objectives:
-        spec = OBJECTIVES[name]
-        term = sums[spec.loss_sum] / max(totals[spec.count], 1.0)
-        loss = term if loss is None else loss + term
-    return loss
+    return PretrainingObjective(objectives).loss(model, batch, totals)
 
 
 class PretrainingObjective(Objective):
@@ -96,8 +88,12 @@ class PretrainingObjective(Objective):
                  data: RunData | None = None, record: Mapping[str, Any] | None = None) -> None:
         self.objectives = check_objectives(objectives)
         self.name = ",".join(self.objectives)  # saved with every checkpoint
+        self.pair = pair_objective(self.objectives)  # "nsp", "sop", or None: masked LM alone
         self.target_share, self.unpad = target_share, unpad
         self.data, self.record = data, dict(record or {})
+        # The batch as the step hands it to the model, prepared on the CPU: `fast_inputs` with
+        # these settings (no mask when nothing is padded, the compiled MLM rows, the real tokens).
+        self.inputs = functools.partial(fast_inputs, target_share=target_share, unpad=unpad)
 
     def run_record(self, model: nn.Module, config: TrainConfig) -> dict[str, Any]:
         """Return a new run's run.json: the caller's `record` (the CLI's flags and what reading
@@ -113,17 +109,20 @@ class PretrainingObjective(Objective):
         """Return the training step's forward over `model`'s weights."""
         return FastPretraining(model)
 
-    def inputs(self, batch: Batch) -> Batch:
-        """Return the batch as the step hands it to the model (`bertlab.engine.fast.fast_inputs`)."""
-        return fast_inputs(batch, self.target_share, self.unpad)
-
-    def counts(self, batch: Batch) -> dict[str, float]:
-        """Return the batch's MLM targets and sequences (`pretraining_counts`)."""
-        return pretraining_counts(batch)
+    counts = staticmethod(pretraining_counts)  # the batch's MLM targets and sequences
 
     def loss(self, model: nn.Module, batch: Batch, totals: dict[str, float]) -> torch.Tensor:
-        """Return the batch's share of the step's loss (`pretraining_loss`)."""
-        return pretraining_loss(model, batch, totals, self.objectives)
+        """Return the batch's share of the step's loss: each objective's summed loss over the
+        step's count of it (`pretraining_loss` says why sums)."""
+        if self.pair is None:  # no pair labels: no gradient reaches the pooler or the pair head
+            batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
+        sums = model(**batch).loss_sums
+        loss = None
+        for name in self.objectives:
+            spec = OBJECTIVES[name]
+            term = sums[spec.loss_sum] / max(totals[spec.count], 1.0)
+            loss = term if loss is None else loss + term
+        return loss
 
     def evaluate(self, model: nn.Module, loader: Iterable[Batch], max_batches: int | None, *,
                  device: torch.device, precision: str) -> dict[str, float]:
@@ -162,8 +161,7 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
     data = run_data_of(train_loader)
     # A compiled model gets a fixed number of MLM rows per batch shape (one graph, no nonzero),
     # sized from the training loader's masking rate when the loader says what it is.
-    compiled = resolve_compile(config.compile, resolve_device(config.device))
-    share = target_share_bound(data.masking) if compiled and data is not None else None
+    share = compiled_target_share(config, data)
     objective = PretrainingObjective(objectives, target_share=share, unpad=config.unpad,
                                      data=data, record=record)
     trained = {prefix for name in objective.objectives for prefix in OBJECTIVES[name].trains}
@@ -211,7 +209,7 @@ def check_pretraining_loaders(train_loader: Iterable[Batch],
     skips this), or, with the model's `vocab_size`, a tokenizer larger than the model's
     vocabulary."""
     names = check_objectives(objectives)
-    check_loader_batch(train_loader, config, rank_world()[1])
+    check_loader_batch(train_loader, config)
     dataset = train_loader.dataset if isinstance(train_loader, DataLoader) else None
     if isinstance(dataset, Sized) and config.batch_size > len(dataset):
         raise ValueError(f"batch_size={config.batch_size} is larger than the {len(dataset)} "

@@ -6,9 +6,11 @@ Read top to bottom:
   (`count_words`), then the merge loop (`wordpiece_vocabulary`). The trainer is bertlab's own,
   deterministic where the `tokenizers` library's trainer breaks ties differently on each run.
 - The tokenizer: `train_tokenizer` wraps that vocabulary in a `tokenizers` (Rust) `Tokenizer`
-  and caches it on disk; `save_tokenizer`, `load_tokenizer` and `tokenizer_from_vocab` (a BERT
-  vocab.txt) write and read one; `special_ids` gives the ids of [PAD] [UNK] [CLS] [SEP] [MASK];
-  `unk_rate` says how much of a text the vocabulary misses.
+  and caches it on disk (each file renamed into place whole, its digests checked on every read;
+  a cache that cannot be written costs a warning, never the call); `load_tokenizer` and
+  `tokenizer_from_vocab` (a BERT vocab.txt) read one back, and
+  `bertlab.engine.files.save_tokenizer` writes one; `special_ids` gives the ids of [PAD] [UNK]
+  [CLS] [SEP] [MASK]; `unk_rate` says how much of a text the vocabulary misses.
 - Chinese: `chinese_word_ids` maps a gold word segmentation onto the tokens, for whole-word
   masking. Last, the checks that a tokenizer fits a model (`check_tokenizer_fits`) or has
   another's vocabulary (`check_same_vocabulary`).
@@ -18,10 +20,12 @@ Taught in notebooks/01_corpus_and_tokenizer.ipynb and notebooks/08_chinese_bert.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import json
 import os
+import secrets
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -41,7 +45,6 @@ from tokenizers import (
 )
 
 from bertlab.corpus import Document
-from bertlab.engine.files import atomic_write_json, atomic_write_text
 
 # --------------------------------------------------------------------------------------------
 # Learning a WordPiece vocabulary: BERT's text normalization, word counts and the merge loop
@@ -392,8 +395,9 @@ def train_tokenizer(
     The cache key is a fingerprint of the text, every setting, this trainer's version and the
     `tokenizers` version. Beside each cached file lies the SHA-256 of its bytes and of its
     vocabulary; both are checked on load, and an entry that fails (damaged, or written by
-    something else) is retrained with a warning, never used. `cache_dir` defaults to
-    `default_cache_dir()`.
+    something else) is retrained with a warning, never used. A cache that cannot be written (a
+    full disk, a read-only folder) is a warning too: the tokenizer is returned all the same.
+    `cache_dir` defaults to `default_cache_dir()`.
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
@@ -436,14 +440,49 @@ def train_tokenizer(
     tok.add_special_tokens(list(SPECIAL_TOKENS))  # "[MASK]" typed in a text stays one token
     _add_post_processor(tok)
     if cache:
-        folder.mkdir(parents=True, exist_ok=True)
-        text = tok.to_str()
-        atomic_write_text(path, text)
-        atomic_write_json(path.with_suffix(".sha256"), {
-            "file_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
-            "vocab_sha256": vocab_digest(tok),
-        })
+        _write_cache_entry(path, tok)
     return tok
+
+
+def _write_cache_entry(path: Path, tok: Tokenizer) -> None:
+    """Write a trained tokenizer and its digests into the cache; a write that fails only warns.
+
+    The cache is a convenience: failing to fill it must not cost the tokenizer just trained.
+    Nothing is flushed to disk: a file that a power cut leaves half written fails its digests on
+    the next read and is trained again.
+    """
+    text = tok.to_str()
+    digests = {"file_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+               "vocab_sha256": vocab_digest(tok)}
+    target = path.parent
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = path
+        _replace_file(path, text)
+        target = path.with_suffix(".sha256")  # last: until it is in place, the entry is not used
+        _replace_file(target, json.dumps(digests, indent=1))
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a file without its digests would only warn later
+            path.unlink(missing_ok=True)
+        warnings.warn(
+            f"could not write the tokenizer cache {target} ({exc.strerror or exc}); the "
+            f"tokenizer is trained and fine, only not cached, so the next call trains it again: "
+            f"free some space on that disk, or set BERTLAB_CACHE (or pass cache_dir=) to a "
+            f"folder you may write", stacklevel=3)
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it over `path` in one step,
+    so a reader (another process using the same cache) sees the old file or the new one whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as handle:
+            handle.write(text.encode("utf-8"))
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: leave no temporary file behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 class _Tee:
@@ -465,18 +504,6 @@ class _Tee:
         return final.hexdigest()
 
 
-def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
-    """Return the path of the JSON file the tokenizer was written to (atomically: temp file, then rename).
-
-    `path` is a file name, or a folder (the file is then `tokenizer.json` inside it).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write_text(path, tokenizer.to_str())
-
-
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Return the tokenizer saved at `path`: a tokenizer.json file, or a folder holding one.
 
@@ -493,7 +520,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         else:
             raise ValueError(
                 f"folder '{path}' has neither tokenizer.json nor vocab.txt; "
-                f"save a tokenizer there first (bertlab.tokenizer.save_tokenizer)"
+                f"save a tokenizer there first (bertlab.engine.files.save_tokenizer)"
             )
     if not path.is_file():
         raise ValueError(f"tokenizer file '{path}' does not exist; check the path")
@@ -502,7 +529,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except Exception as exc:
         raise ValueError(
             f"'{path}' is not a tokenizers JSON file ({exc}); save one with "
-            f"bertlab.tokenizer.save_tokenizer"
+            f"bertlab.engine.files.save_tokenizer"
         ) from None
     special_ids(tok)  # fail early, with a clear message, if a special token is missing
     return tok

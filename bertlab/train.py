@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.config import TrainConfig, lr_at
+from bertlab.config import TrainConfig, lr_at, rank_world
 from bertlab.data import Batch, RunData
-from bertlab.engine.device import rank_world, wrap_model
+from bertlab.engine.device import wrap_model
 from bertlab.engine.hooks import RunHooks, TrainResult
 
 __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at', 'train_loop', 'train_step']
@@ -77,13 +77,13 @@ class MuonAdamW:
         self.muon = torch.optim.Muon(list(muon_groups), **muon_options)
         self.adamw = torch.optim.AdamW(list(adamw_groups), **adamw_options)
         self.parts = (self.muon, self.adamw)
+        self._share_groups()
 
-    # A property, not a list made once: load_state_dict gives each part new group dicts, and
-    # the loop's lr updates (and GradScaler's unscaling) must reach the live ones.
-    @property
-    def param_groups(self) -> list[dict]:
-        """Return both parts' parameter groups (the live dicts), Muon's first."""
-        return [g for part in self.parts for g in part.param_groups]
+    def _share_groups(self) -> None:
+        # Both parts' parameter groups, Muon's first: the live dicts, so the loop's lr updates
+        # (and GradScaler's unscaling) reach the parts. load_state_dict gives the parts new
+        # dicts, and calls this again.
+        self.param_groups = [g for part in self.parts for g in part.param_groups]
 
     def step(self) -> None:
         """Step both parts (Muon, then AdamW) on the gradients their parameters hold."""
@@ -125,6 +125,7 @@ class MuonAdamW:
                 "param_groups": [{**g, "params": [i - offset for i in g["params"]]}
                                  for g in mine]})
             offset += len(ids)
+        self._share_groups()
 
 
 def split_for_muon(model: nn.Module) -> tuple[list[nn.Parameter], list[tuple[str, nn.Parameter]]]:
@@ -201,16 +202,6 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
             for k, v in batch.items()}
 
 
-def sum_over_processes(values: dict[str, float], device: torch.device) -> dict[str, float]:
-    """Return each number summed over all processes (one small collective; as is on one)."""
-    if rank_world()[1] == 1:
-        return values
-    keys = sorted(values)
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
-    return dict(zip(keys, t.tolist(), strict=True))
-
-
 def build_optimizer(model: nn.Module, config: TrainConfig,
                     device: torch.device | None = None) -> torch.optim.Optimizer:
     """Return the optimizer `config.optimizer` names, with weight decay on matrices only.
@@ -246,7 +237,12 @@ def step_totals(micro_batches: list[Batch], counts, device: torch.device) -> dic
         for key, value in counts(batch).items():
             totals[key] = totals.get(key, 0.0) + value
         totals["tokens"] += batch["input_ids"].numel()
-    return sum_over_processes(totals, device)
+    if rank_world()[1] == 1:
+        return totals
+    keys = sorted(totals)  # every process sends its numbers in the same order
+    summed = torch.tensor([float(totals[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
+    return dict(zip(keys, summed.tolist(), strict=True))
 
 
 def train_step(model: nn.Module, micro_batches: list[Batch], objective: Objective,

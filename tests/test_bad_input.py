@@ -27,10 +27,12 @@ import bertlab.engine.checkpoint as checkpoint_mod
 import bertlab.pretraining as pretraining_mod
 from bertlab.cli import COMMANDS, main
 from bertlab.corpus import split_of
+from bertlab.engine.card import save_hf
 from bertlab.engine.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
+from bertlab.engine.files import save_tokenizer
 from bertlab.engine.readers import load_corpus
-from bertlab.hf import load_hf, save_hf
-from bertlab.tokenizer import save_tokenizer, train_tokenizer
+from bertlab.hf import load_hf
+from bertlab.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -771,22 +773,23 @@ def test_a_second_interrupt_during_the_save_says_what_is_complete_on_disk(
     assert main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "4",
                  "--checkpoint-interval", "2", *SMALL]) == 0
     capsys.readouterr()
-    real_write, real_loss = checkpoint_mod._write_checkpoint_files, pretraining_mod.pretraining_loss
+    real_write = checkpoint_mod._write_checkpoint_files
+    real_loss = pretraining_mod.PretrainingObjective.loss
     calls = {"loss": 0}
 
     def half_written_then_ctrl_c(tmp, *args):  # the save is half written when the second comes
         real_write(tmp, *args)
         raise KeyboardInterrupt
 
-    def ctrl_c_after(model, batch, totals, *args, **kwargs):  # the first Ctrl-C, between steps
+    def ctrl_c_after(objective, model, batch, totals):  # the first Ctrl-C, between steps
         calls["loss"] += 1
         if calls["loss"] > steps_before:
             monkeypatch.setattr(checkpoint_mod, "_write_checkpoint_files",
                                 half_written_then_ctrl_c)
             raise KeyboardInterrupt
-        return real_loss(model, batch, totals, *args, **kwargs)
+        return real_loss(objective, model, batch, totals)
 
-    monkeypatch.setattr(pretraining_mod, "pretraining_loss", ctrl_c_after)
+    monkeypatch.setattr(pretraining_mod.PretrainingObjective, "loss", ctrl_c_after)
     before = _assert_every_checkpoint_loads(out)
     code = main(["pretrain", "--corpus", world["corpus"], "--out", str(out), "--max-steps", "8",
                  "--checkpoint-interval", "2", "--resume", *SMALL])
@@ -965,20 +968,23 @@ def test_a_full_disk_during_an_export_names_the_export_and_keeps_the_old_one(wor
     assert_unchanged(before, snapshot(world["root"]))  # the old export, and no staging folder
 
 
-def test_a_full_disk_on_a_cache_file_names_the_file_and_keeps_the_old_one(tmp_path,
-                                                                       monkeypatch):
-    import bertlab.engine.files as util_mod
+def test_a_full_disk_on_a_saved_tokenizer_names_the_file_and_keeps_the_old_one(tmp_path,
+                                                                             monkeypatch):
+    # The user asked for this file, so a failed write is an error (a failed cache write is only
+    # a warning: tests/test_tokenizer.py).
+    import bertlab.engine.files as files_mod
 
-    target = tmp_path / "cache" / "wordpiece-abc.json"
+    tok = train_tokenizer(["a full disk stops the save"], vocab_size=50, cache=False)
+    target = tmp_path / "saved" / "tokenizer.json"
     target.parent.mkdir()
     target.write_text("old")
 
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(util_mod.os, "fsync", full)
-    with pytest.raises(OSError, match="no space left .* file .*wordpiece-abc.json") as caught:
-        util_mod.atomic_write_text(target, "new")
+    monkeypatch.setattr(files_mod.os, "fsync", full)
+    with pytest.raises(OSError, match="no space left .* file .*tokenizer.json") as caught:
+        save_tokenizer(tok, target.parent)  # a folder: the file is tokenizer.json inside it
     assert caught.value.errno == errno.ENOSPC
     assert target.read_text() == "old" and os.listdir(target.parent) == [target.name]
 

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from bertlab.cli import build_parser, main
+from bertlab.config import TensorBoardMissingError
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.eventlog import TensorBoardMissingError, scalar_tag
+from bertlab.engine.eventlog import scalar_tag
 from bertlab.engine.readers import load_corpus
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain

@@ -1,4 +1,4 @@
-"""Tests for bertlab.finetune and bertlab.finetune: encoding, metrics, sampling, probes,
+"""Tests for bertlab.finetune and bertlab.engine.tasks: encoding, metrics, sampling, probes,
 baselines, fine-tuning, export."""
 
 from __future__ import annotations
@@ -11,20 +11,20 @@ import pytest
 import torch
 
 from bertlab.corpus import Document
+from bertlab.engine import tasks
+from bertlab.engine.tasks import compare_downstream, load_task
 from bertlab.finetune import (
     ClassificationResult,
     FinetuneConfig,
     ProbeConfig,
     classification_metrics,
     cls_features,
-    compare_downstream,
     document_chunks,
     document_text,
     finetune_classifier,
     format_table,
     from_scratch,
     linear_probe,
-    load_task,
     pad_batch,
     sample_per_class,
     summarize,
@@ -179,18 +179,20 @@ def test_fine_tuning_copies_the_encoder_and_leaves_the_original(corpus, tok, sma
 
 
 def test_a_model_folder_fine_tunes_like_the_model_itself(corpus, tok, small_config, tmp_path):
-    from bertlab.hf import save_hf
+    from bertlab.engine.card import save_hf
 
     pre = BertForPreTraining(small_config, generator=torch.Generator().manual_seed(1))
     save_hf(pre, tok, tmp_path / "hf")
     config = dataclasses.replace(FAST, min_steps=3, epochs=0.1)
-    from_folder = finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
+    from_folder = tasks.finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
     from_model = finetune_classifier(pre, corpus, tokenizer=tok, config=config)
     assert from_folder.details["init"] == "pretrained"
     assert from_folder.predictions == from_model.predictions
     assert from_folder.details["final_train_loss"] == from_model.details["final_train_loss"]
     with pytest.raises(ValueError, match="neither a run folder"):
-        finetune_classifier(tmp_path, corpus, tokenizer=tok, config=config)
+        tasks.finetune_classifier(tmp_path, corpus, tokenizer=tok, config=config)
+    with pytest.raises(ValueError, match=r"it is a path.*bl\.load_model\(path\)\[0\]"):
+        finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
 
 
 def test_a_train_config_drives_the_loop_as_given(corpus, tok, small_config):
@@ -308,7 +310,8 @@ def test_a_model_smaller_than_its_tokenizer_is_refused(tok, small_config):
 
 def test_classifier_exports_to_transformers_with_equal_logits(corpus, tok, small_config, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertlab.hf import load_hf, save_hf
+    from bertlab.engine.card import save_hf
+    from bertlab.hf import load_hf
 
     config = dataclasses.replace(FAST, min_steps=3, epochs=0.1)
     result = from_scratch(small_config, corpus, tokenizer=tok, config=config)

@@ -8,12 +8,12 @@ import warnings
 import pytest
 import torch
 
+from bertlab.engine.card import save_hf
 from bertlab.hf import (
     from_hf_state_dict,
     hf_config_fields,
     load_hf,
     load_hf_tokenizer,
-    save_hf,
     to_hf_state_dict,
 )
 from bertlab.masking import IGNORE_INDEX
@@ -340,7 +340,8 @@ import sys
 sys.modules["transformers"] = None  # any import of it now fails
 import torch
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.hf import save_hf, load_hf
+from bertlab.engine.card import save_hf
+from bertlab.hf import load_hf
 m = BertForPreTraining(BertConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2))
 save_hf(m, None, {str(tmp_path / "x")!r})
 assert torch.equal(load_hf({str(tmp_path / "x")!r}).nsp.weight, m.nsp.weight)

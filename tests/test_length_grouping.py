@@ -11,7 +11,7 @@ import bertlab as bl
 from bertlab.data import LengthGroupedBatchSampler, LoaderOptions, pretraining_loader
 from bertlab.engine.fast import fast_inputs
 from bertlab.engine.resume import DataPosition
-from bertlab.engine.shards import PrepareOptions, prepare_shards
+from bertlab.engine.shards import PrepareOptions, prepare_shards, shard_loader
 from bertlab.engine.streaming import StreamOptions
 
 
@@ -68,8 +68,8 @@ def test_ddp_ranks_split_each_grouped_global_batch(setup, tmp_path):
     tok, docs = setup
     prepare_shards(docs, tok, tmp_path / "s",
                    PrepareOptions(StreamOptions(max_seq_len=64), splits=None))
-    single = pretraining_loader(tmp_path / "s", tok, split=None, seed=1,
-                                options=LoaderOptions(batch_size=16, group_by_length=4))
+    single = shard_loader(tmp_path / "s", tok, split=None, seed=1,
+                          options=LoaderOptions(batch_size=16, group_by_length=4))
     ranks = [LengthGroupedBatchSampler(single.dataset, 8, seed=1, group_batches=4, world=2,
                                        rank=r) for r in (0, 1)]
     for epoch in (0, 1):

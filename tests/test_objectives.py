@@ -13,6 +13,7 @@ from bertlab.corpus import Document
 from bertlab.data import LoaderOptions, PretrainingDataset, pretraining_loader
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import recipe
+from bertlab.engine.shards import shard_loader
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import (
     IN_ORDER,
@@ -141,7 +142,7 @@ def test_loader_builds_the_pairs_it_is_asked_for(docs, tok, tmp_path):
     assert len(given.dataset) == len(sop.dataset)
     (tmp_path / "shards").mkdir()
     with pytest.raises(ValueError, match="hold NSP pairs .* pass the corpus itself"):
-        pretraining_loader(tmp_path / "shards", tok, options=LoaderOptions(pairs="sop"))
+        shard_loader(tmp_path / "shards", tok, options=LoaderOptions(pairs="sop"))
     with pytest.raises(ValueError, match="pairs='xyz' is not a pair objective"):
         pretraining_loader(docs, tok, options=LoaderOptions(pairs="xyz"))
 

@@ -17,7 +17,13 @@ from bertlab.data import (
     pretraining_loader,
 )
 from bertlab.engine.resume import DataPosition
-from bertlab.engine.shards import PrepareOptions, ShardExamples, pair_draws_in, prepare_shards
+from bertlab.engine.shards import (
+    PrepareOptions,
+    ShardExamples,
+    pair_draws_in,
+    prepare_shards,
+    shard_loader,
+)
 from bertlab.engine.streaming import StreamOptions
 from bertlab.pairs import create_nsp_examples, pair_draw_seed
 
@@ -132,13 +138,13 @@ def test_shards_keep_their_draws_apart(setup, tmp_path):
     single = ShardExamples(tmp_path / "one" / "train")
     assert [tuple(single[i].input_ids.tolist()) for i in range(len(single))] == first
     # The loader reads all draws by default, fewer when asked, and refuses more than there are.
-    loader = pretraining_loader(tmp_path / "s", tok, split="train")
+    loader = shard_loader(tmp_path / "s", tok, split="train")
     assert loader.dataset.pair_draws == 3
     assert examples_of_epoch(loader.dataset, 1)[0][0] == second[0]
-    assert pretraining_loader(tmp_path / "s", tok, split="train",
-                              options=LoaderOptions(pair_draws=2)).dataset.pair_draws == 2
+    assert shard_loader(tmp_path / "s", tok, split="train",
+                        options=LoaderOptions(pair_draws=2)).dataset.pair_draws == 2
     with pytest.raises(ValueError, match="hold 3 draw.*--pair-draws 5"):
-        pretraining_loader(tmp_path / "s", tok, split="train", options=LoaderOptions(pair_draws=5))
+        shard_loader(tmp_path / "s", tok, split="train", options=LoaderOptions(pair_draws=5))
     with pytest.raises(ValueError, match="holds 3 pair draw"):
         ShardExamples(tmp_path / "s" / "train", draw=3)
     meta = json.loads((tmp_path / "s" / "train" / "meta.json").read_text())

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.data import LoaderOptions, pretraining_loader
+from bertlab.engine.card import save_hf
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import RECIPES, Recipe, recipe
-from bertlab.hf import save_hf
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples

@@ -16,11 +16,20 @@ from bertlab.corpus import Document, split_documents
 from bertlab.data import (
     BATCH_KEYS,
     LoaderOptions,
+    PairDraws,
     PretrainingCollator,
     PretrainingDataset,
+    StoredExamples,
     pretraining_loader,
 )
-from bertlab.engine.shards import PrepareOptions, ShardExamples, prepare_command, prepare_shards
+from bertlab.engine.files import save_tokenizer
+from bertlab.engine.shards import (
+    PrepareOptions,
+    ShardExamples,
+    prepare_command,
+    prepare_shards,
+    shard_loader,
+)
 from bertlab.engine.streaming import (
     StreamingNspBuilder,
     StreamOptions,
@@ -28,8 +37,9 @@ from bertlab.engine.streaming import (
     stream_nsp_examples,
 )
 from bertlab.engine.textfiles import MAX_DOC_CHARS
+from bertlab.errors import BadInput
 from bertlab.pairs import NOT_NEXT, Example, create_single_examples, pair_draw_seed
-from bertlab.tokenizer import encode_sentences, load_tokenizer, save_tokenizer
+from bertlab.tokenizer import encode_sentences, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +125,7 @@ def test_prepare_splits_from_a_bert_format_file_and_load_by_split(tok, tmp_path)
         shards = ShardExamples(out / split)
         assert {shards.doc_id(i) for i in range(len(shards))} <= ids
     assert summary["documents_not_in_splits"] == len(groups["test"])
-    loader = pretraining_loader(out, tok, split="validation", options=LoaderOptions(batch_size=8))
+    loader = shard_loader(out, tok, split="validation", options=LoaderOptions(batch_size=8))
     assert loader.dataset.mask_schedule == "static" and len(loader.dataset) > 0
     batch = next(iter(loader))
     assert tuple(batch) == BATCH_KEYS and batch["input_ids"].shape[1] <= 48
@@ -128,11 +138,11 @@ def test_prepare_and_shard_errors(tok, tmp_path):
                    PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
     with pytest.raises(ValueError, match="already holds prepared NSP shards"):
         prepare_shards(synthetic_docs(10), tok, tmp_path / "all", PrepareOptions(splits=None))
-    assert len(pretraining_loader(tmp_path / "all", tok).dataset) > 0
+    assert len(shard_loader(tmp_path / "all", tok).dataset) > 0
     with pytest.raises(ValueError, match="has no held-out|holds the whole corpus"):
-        pretraining_loader(tmp_path / "all", tok, split="validation")
+        shard_loader(tmp_path / "all", tok, split="validation")
     with pytest.raises(ValueError, match="no meta.json"):
-        pretraining_loader(tmp_path, tok)
+        shard_loader(tmp_path, tok)
     with pytest.raises(ValueError, match="splits="):
         prepare_shards(synthetic_docs(4), tok, tmp_path / "x", PrepareOptions(splits=("dev",)))
     with pytest.raises(ValueError, match="shard_size"):
@@ -148,7 +158,7 @@ def test_prepare_command_trains_or_loads_a_tokenizer_and_saves_it(tok, tmp_path)
                               vocab_size=200)
     trained = load_tokenizer(summary["tokenizer"])
     assert trained.get_vocab_size() <= 200
-    assert len(pretraining_loader(tmp_path / "trained", trained).dataset) > 0
+    assert len(shard_loader(tmp_path / "trained", trained).dataset) > 0
     saved = save_tokenizer(tok, tmp_path / "tok.json")
     summary = prepare_command(corpus, tmp_path / "given", saved,
                               PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
@@ -301,7 +311,7 @@ def test_single_segment_shards_hold_the_examples_built_in_memory(tok, tmp_path):
     assert json.loads((tmp_path / "validation" / "meta.json").read_text())["segments"] == "single"
     # Batches from the shards are those of single segments built from the documents.
     common = LoaderOptions(batch_size=8, max_seq_len=32, short_seq_prob=0.3, pairs="single")
-    on_disk = pretraining_loader(tmp_path, tok, seed=3, options=replace(common, pair_draws=1))
+    on_disk = shard_loader(tmp_path, tok, seed=3, options=replace(common, pair_draws=1))
     in_memory = pretraining_loader(docs, tok, seed=3, options=common)
     for a, b in zip(on_disk, in_memory, strict=True):
         assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS)
@@ -316,12 +326,11 @@ def test_single_segment_shards_and_pair_shards_are_not_mixed_up(tok, tmp_path):
                    PrepareOptions(StreamOptions(max_seq_len=32), splits=None))
     with pytest.raises(ValueError,
                        match=r"hold single segments .* pass LoaderOptions\(pairs='single'\)"):
-        pretraining_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="nsp"))
+        shard_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="nsp"))
     with pytest.raises(ValueError, match="sop pairs are built from documents"):
-        pretraining_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="sop"))
+        shard_loader(tmp_path / "single", tok, split=None, options=LoaderOptions(pairs="sop"))
     with pytest.raises(ValueError, match="hold NSP pairs;.* prepare them with --segments single"):
-        pretraining_loader(tmp_path / "pairs", tok, split=None,
-                           options=LoaderOptions(pairs="single"))
+        shard_loader(tmp_path / "pairs", tok, split=None, options=LoaderOptions(pairs="single"))
     with pytest.raises(ValueError, match="segments='both' is not known"):
         prepare_shards(docs, tok, tmp_path / "x", PrepareOptions(StreamOptions(segments="both")))
     with pytest.raises(ValueError, match="no pair label to balance"):
@@ -333,6 +342,31 @@ def test_single_segment_shards_and_pair_shards_are_not_mixed_up(tok, tmp_path):
     with pytest.raises(ValueError, match="is empty: no document has a sentence with text"):
         prepare_shards([Document(id="e", text="", sentences=[])], tok, tmp_path / "none",
                        PrepareOptions(StreamOptions(segments="single"), splits=None))
+
+
+def test_a_folder_goes_through_shard_loader_and_stored_examples_stay_on_disk(tok, tmp_path):
+    prepare_shards(synthetic_docs(60, seed=6), tok, tmp_path,
+                   PrepareOptions(StreamOptions(max_seq_len=32), shard_size=30, pair_draws=2))
+    with pytest.raises(BadInput, match=r"source '.*': a path; .*bertlab\.engine\.shards\.shard_loader"):
+        pretraining_loader(tmp_path, tok)
+    stored = ShardExamples(tmp_path / "train", draw=1)
+    assert isinstance(stored, StoredExamples) and not isinstance(list(stored), StoredExamples)
+    assert stored.pairs == "nsp" and stored.max_seq_len == 32
+    # The lesson's loader keeps stored examples on disk: the same batches as the folder's.
+    options = LoaderOptions(batch_size=8)
+    given = pretraining_loader(PairDraws([ShardExamples(tmp_path / "train"), stored]), tok,
+                               seed=2, options=options)
+    folder = shard_loader(tmp_path, tok, seed=2, options=options)
+    assert [type(d) for d in given.dataset.draws] == [ShardExamples, ShardExamples]
+    assert given.dataset.digest() == folder.dataset.digest()
+    assert (given.pairs, given.max_seq_len) == (folder.pairs, folder.max_seq_len) == ("nsp", 32)
+    for _ in range(2):  # epochs 0 and 1: draws 0 and 1
+        for a, b in zip(given, folder, strict=True):
+            assert all(torch.equal(a[k], b[k]) for k in BATCH_KEYS)
+    with pytest.raises(ValueError, match="hold nsp examples, not the single pairs"):
+        pretraining_loader(stored, tok, options=LoaderOptions(pairs="single"))
+    with pytest.raises(ValueError, match="got 1 draw.*pair_draws=2"):
+        pretraining_loader(stored, tok, options=LoaderOptions(pair_draws=2))
 
 
 @pytest.mark.usefixtures("one_thread")

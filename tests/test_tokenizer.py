@@ -1,10 +1,13 @@
-"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py, bertlab/tokenizer.py)."""
+"""WordPiece training, encoding, caching and loading (bertlab/tokenizer.py), and saving
+(bertlab/engine/files.py)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +16,7 @@ from tokenizers import Tokenizer, models
 
 import bertlab.tokenizer as tokenizer_module
 from bertlab.corpus import Document, split_documents
+from bertlab.engine.files import save_tokenizer
 from bertlab.engine.readers import load_corpus
 from bertlab.tokenizer import (
     SPECIAL_TOKENS,
@@ -22,7 +26,6 @@ from bertlab.tokenizer import (
     default_cache_dir,
     encode_sentences,
     load_tokenizer,
-    save_tokenizer,
     special_ids,
     tokenizer_from_vocab,
     train_tokenizer,
@@ -342,6 +345,45 @@ def test_a_one_shot_iterator_is_read_once_and_shares_the_cache_key(tmp_path, mon
     assert train_tokenizer(docs, vocab_size=300, cache_dir=tmp_path).to_str() == first.to_str()
     assert train_tokenizer(iter(docs), vocab_size=300, cache_dir=tmp_path).to_str() == \
         first.to_str()
+
+
+@pytest.mark.parametrize("failing", ["wordpiece", "sha256"])
+def test_a_full_disk_under_the_cache_warns_and_returns_the_tokenizer(tmp_path, monkeypatch,
+                                                                      failing):
+    # Training worked; only caching it did not: one warning, and nothing half-written is left.
+    expected = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache=False)
+    real_replace = os.replace
+
+    def full(src, dst):
+        if str(dst).endswith(".sha256" if failing == "sha256" else ".json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(tokenizer_module.os, "replace", full)
+    with pytest.warns(UserWarning) as caught:
+        tok = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)
+    assert tok.to_str() == expected.to_str()
+    (warning,) = [str(w.message) for w in caught]
+    suffix = ".sha256" if failing == "sha256" else ".json"
+    assert re.search(rf"cache {re.escape(str(tmp_path / 'tokenizers'))}/wordpiece-\w+\{suffix} ",
+                     warning), warning
+    for words in (os.strerror(errno.ENOSPC), "trained and fine", "trains it again",
+                  "free some space", "BERTLAB_CACHE"):
+        assert words in warning, warning
+    assert os.listdir(tmp_path / "tokenizers") == []  # no temporary file, no entry without digests
+    monkeypatch.setattr(tokenizer_module.os, "replace", real_replace)
+    train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path)  # the disk has room again
+    _forbid_training(monkeypatch)
+    assert train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=tmp_path).to_str() == \
+        expected.to_str()
+
+
+def test_a_cache_folder_that_cannot_be_made_warns_and_returns_the_tokenizer(tmp_path):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache folder should be\n")
+    with pytest.warns(UserWarning, match=f"cache {re.escape(str(blocked / 'tokenizers'))} "):
+        tok = train_tokenizer(SMALL_CORPUS, vocab_size=300, cache_dir=blocked)
+    assert tok.to_str() == train_tokenizer(SMALL_CORPUS, vocab_size=300, cache=False).to_str()
 
 
 def test_cache_false_writes_nothing(tmp_path):

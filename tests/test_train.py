@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import bertlab.engine.checkpoint as checkpoint_mod
+import bertlab.pretraining as pretraining_mod
 from bertlab.course.demo import history_table
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.checkpoint import (
@@ -764,18 +765,17 @@ def test_a_batch_without_padding_reaches_the_model_without_a_mask_and_trains_the
     assert not bool(padded["attention_mask"].all())
     assert fast_inputs(padded) is padded  # padding keeps its mask
     seen = []
-    handed = PretrainingObjective.inputs
 
-    def inputs(self, batch):
-        prepared = handed(self, batch)
+    def inputs(batch, **settings):  # what the objective's inputs() hands the model
+        prepared = fast_inputs(batch, **settings)
         seen.append(prepared.get("attention_mask"))
         return prepared
     loader = pretraining_loader(full, tok, split=None, seed=0, options=LoaderOptions(batch_size=8))
-    monkeypatch.setattr(PretrainingObjective, "inputs", inputs)
+    monkeypatch.setattr(pretraining_mod, "fast_inputs", inputs)
     run = pretrain(make_model(tok, dropout=0.0), loader, None, quiet(max_steps=2, lr=1e-3))
     assert seen == [None, None]
     # The same steps with the all-ones mask handed over, as the batches come.
-    monkeypatch.setattr(PretrainingObjective, "inputs", lambda self, batch: batch)
+    monkeypatch.setattr(pretraining_mod, "fast_inputs", lambda batch, **settings: batch)
     again = train_loop(make_model(tok, dropout=0.0), loader, quiet(max_steps=2, lr=1e-3),
                        PretrainingObjective(("mlm", "nsp")))
     assert run.step_losses == pytest.approx(again.step_losses, rel=1e-5)

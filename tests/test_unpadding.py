@@ -8,13 +8,14 @@ import dataclasses
 import pytest
 import torch
 
+import bertlab.pretraining as pretraining_mod
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.fast import fast_inputs, real_token_positions
 from bertlab.engine.readers import load_corpus
 from bertlab.finetune import finetune_classifier
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples
-from bertlab.pretraining import PretrainingObjective, pretrain
+from bertlab.pretraining import pretrain
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 
@@ -58,13 +59,12 @@ def test_pretrain_with_unpad_hands_padded_batches_their_real_tokens_and_trains_t
     torch.testing.assert_close(fast_inputs(batch, unpad=True)["real_tokens"],
                                real_token_positions(batch["attention_mask"]))
     seen = []
-    handed = PretrainingObjective.inputs  # what the step hands the model, batch by batch
 
-    def inputs(self, batch):
-        prepared = handed(self, batch)
+    def inputs(batch, **settings):  # what the objective's inputs() hands the model, batch by batch
+        prepared = fast_inputs(batch, **settings)
         seen.append(prepared.get("real_tokens") is not None)
         return prepared
-    monkeypatch.setattr(PretrainingObjective, "inputs", inputs)
+    monkeypatch.setattr(pretraining_mod, "fast_inputs", inputs)
     unpadded = pretrain(pretraining_model(tok), loader, None, quiet(unpad=True))
     monkeypatch.undo()
     padded = pretrain(pretraining_model(tok), loader, None, quiet())

@@ -22,13 +22,14 @@ from bertlab.course.viz import plot_training_curves
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.checkpoint import list_checkpoints
 from bertlab.engine.device import resolve_device
-from bertlab.engine.files import LOCK_NAME, atomic_write_json, check_output_folder
+from bertlab.engine.files import LOCK_NAME, atomic_write_json, check_output_folder, save_tokenizer
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
-from bertlab.finetune import FinetuneConfig, compare_downstream, format_table
+from bertlab.engine.tasks import compare_downstream
+from bertlab.finetune import FinetuneConfig, format_table
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.tokenizer import save_tokenizer, train_tokenizer
+from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainResult
 
 EXAMPLES = (

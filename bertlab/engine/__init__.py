@@ -29,6 +29,9 @@ Its modules, in that order:
 - loading: a trained model back from a run folder or a Hugging Face folder.
 - sizes: parameter counts, training FLOPs per token, the presets' table.
 - recipes: named pretraining recipes.
-- card: the model card (README.md) of an exported model, and `export_run`.
+- card: the model card (README.md) of an exported model, `save_hf` (a Hugging Face folder,
+  written in one step) and `export_run`.
+- tasks: downstream tasks from disk (`load_task`, `compare_downstream`), and fine-tuning that
+  starts from a saved run or export.
 - run: the pretrain command's run, from its flags to `bertlab.pretraining.pretrain`.
 """

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertlab.config import rank_world
+
 
 def resolve_device(spec: str = "auto") -> torch.device:
     """Return the torch.device for "auto" (CUDA, else MPS, else CPU) or an explicit name.
@@ -116,13 +118,6 @@ def init_distributed() -> tuple[int, int]:
         else:
             dist.init_process_group("gloo")
     return rank_world()
-
-
-def rank_world() -> tuple[int, int]:
-    """Return (rank, world_size) of the active process group, or (0, 1) without one."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def from_rank0(value: float, device: torch.device) -> float:

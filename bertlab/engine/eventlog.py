@@ -17,35 +17,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertlab.config import check_tensorboard
 from bertlab.engine.files import atomic_write_json, is_disk_full
 from bertlab.errors import BadInput
 
-INSTALL = "pip install 'bertlab[tensorboard]'"
 # The bar a masked LM must clear: always guessing the most frequent [MASK] target.
 BAR = "mask_unigram_accuracy"
 # Which run a folder's event files belong to: this file, beside them, names the run folder (its
 # absolute path; null for a run without one). TensorBoard reads only events.out.tfevents.* files.
 MARKER = "bertlab-run.json"
 EVENTS = "events.out.tfevents.*"
-
-
-class TensorBoardMissingError(ValueError, ImportError):
-    """Event files were asked for, but the `tensorboard` package is not installed.
-
-    A ValueError, like every refusal of a setting (the CLI prints it as one line), that is
-    also an ImportError, so code that catches the latter keeps working.
-    """
-
-
-def check_tensorboard(setting: str) -> None:
-    """Raise TensorBoardMissingError (naming `setting` and the fix) unless tensorboard imports."""
-    try:
-        import tensorboard  # noqa: F401  (only whether it is there)
-    except ImportError:
-        raise TensorBoardMissingError(
-            f"{setting} asks for TensorBoard event files, but the tensorboard package is not "
-            f"installed; install it with {INSTALL}, or leave {setting} out (nothing was "
-            f"written)") from None
 
 
 def _owner(folder: Path) -> tuple[bool, str | None]:

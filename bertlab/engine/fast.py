@@ -9,7 +9,7 @@ weights through `FastPretraining` instead, which differs only in how much work i
   token but projects and feeds forward only those rows;
 - **a fixed number of MLM rows** (`mlm_capacity`) for torch.compile: the targets first, then
   positions labelled -100 that add nothing, so every batch of a shape traces to one graph with no
-  data-dependent shape (`target_rows`);
+  data-dependent shape;
 - **unpadding** (`real_tokens`, `TrainConfig.unpad`): every block's projections, feed-forward and
   LayerNorms run on the real tokens only, as a flat (N, d) tensor; attention alone puts them back
   in their (B, T) places (`Unpadded`);
@@ -32,6 +32,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from bertlab.config import TrainConfig
+from bertlab.data import RunData
+from bertlab.engine.device import resolve_compile, resolve_device
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import (
     BertForPreTraining,
@@ -90,27 +93,6 @@ def unpadded(attention_mask: torch.Tensor | None, real_tokens: torch.Tensor) -> 
     return Unpadded(B, T, real_tokens, slot)
 
 
-def target_rows(labels: torch.Tensor, capacity: int | None) -> torch.Tensor:
-    """Return the flat positions the MLM head reads: the targets, in row-major order; with a
-    `capacity`, exactly that many, the targets first, then positions labelled -100 (a capacity
-    below the number of targets would drop targets: the caller gives enough, see
-    `bertlab.pretraining.PretrainingObjective.inputs`)."""
-    untargeted = labels.flatten() == IGNORE_INDEX
-    if capacity is None:
-        return (~untargeted).nonzero().squeeze(1)  # data-dependent length
-    # A stable sort puts the targets (0) before the rest (1), each in their order: a fixed
-    # length, so torch.compile traces one graph with no nonzero.
-    return torch.sort(untargeted.to(torch.uint8), stable=True).indices[:capacity]
-
-
-def compiled_key_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Return attention's key mask as `bertlab.model.key_mask` does, except under torch.compile,
-    where a given mask is always applied (no data-dependent branch to split the graph)."""
-    if attention_mask is not None and torch.compiler.is_compiling():
-        return attention_mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
-    return key_mask(attention_mask)
-
-
 def layer_forward(layer: EncoderLayer, x: torch.Tensor, mask: torch.Tensor | None,
                   rows: torch.Tensor | None, flat: Unpadded | None) -> torch.Tensor:
     """Return one block's output, like `EncoderLayer.forward`, with two savings.
@@ -162,11 +144,21 @@ class FastPretraining(nn.Module):
         check_inputs(input_ids, model.config, attention_mask=attention_mask,
                      token_type_ids=token_type_ids, labels=labels)
         B, T = input_ids.shape
-        where = target_rows(labels, mlm_capacity)  # (B*T,) -> (N,) or (mlm_capacity,)
+        untargeted = labels.flatten() == IGNORE_INDEX  # (B*T,)
+        if mlm_capacity is None:  # the targets, in row-major order: a data-dependent length
+            where = (~untargeted).nonzero().squeeze(1)  # (N,)
+        else:  # exactly mlm_capacity rows: the targets first, then positions labelled -100. A
+            # stable sort keeps each group's order; a fixed length, so torch.compile traces one
+            # graph with no nonzero.
+            where = torch.sort(untargeted.to(torch.uint8), stable=True).indices[:mlm_capacity]
         # The pooler reads [CLS] and the MLM head the targets: the last block makes just those.
         rows = torch.cat([torch.arange(B, device=input_ids.device) * T, where])  # (B + N,)
         flat = None if real_tokens is None else unpadded(attention_mask, real_tokens)
-        mask = compiled_key_mask(attention_mask)
+        if attention_mask is not None and torch.compiler.is_compiling():
+            # A given mask is always applied: no data-dependent branch to split the graph.
+            mask = attention_mask.bool()[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
+        else:
+            mask = key_mask(attention_mask)  # None when nothing is padded
         x = bert.embeddings(input_ids, token_type_ids)  # (B, T) -> (B, T, d)
         if flat is not None:
             x = x.flatten(0, 1).index_select(0, flat.tokens)  # (B, T, d) -> (N, d)
@@ -192,6 +184,14 @@ def target_share_bound(masking: MaskingConfig) -> float:
     can draw more targets than that (a 1 x 8 batch at 15% does about 0.6% of the time), and
     such a batch gets a row for every position instead (`fast_inputs`)."""
     return min(1.0, 1.25 * masking.mlm_probability + 0.02)
+
+
+def compiled_target_share(config: TrainConfig, data: RunData | None) -> float | None:
+    """Return the share of MLM rows a run of `config` gives each batch (`target_share_bound` of
+    the loader's masking, `data`): compiled, the model sees one graph per batch shape, with no
+    nonzero inside. None when the run is not compiled, or the loader does not state its data."""
+    compiled = resolve_compile(config.compile, resolve_device(config.device))
+    return target_share_bound(data.masking) if compiled and data is not None else None
 
 
 def mlm_capacity(shape: Sequence[int], target_share: float) -> int:

@@ -7,7 +7,8 @@ Read top to bottom:
   so a crash, a kill or a full disk leaves either the old file or the new one, never half of
   one. A folder that must appear whole (a checkpoint, a Hugging Face export, prepared shards) is
   built by `atomic_write_folder` in a hidden staging sibling and renamed into place the same
-  way; `sweep_dead_writers` clears what a killed writer left.
+  way; `sweep_dead_writers` clears what a killed writer left. `save_tokenizer` writes a
+  tokenizer the user asked to keep (a run's tokenizer.json, your own file) the same way.
 - What a folder holds: `folder_kind` tells the artefacts apart (a pretraining run, prepared
   shards, a Hugging Face export, a single checkpoint), so a command can refuse, before it writes
   anything, a folder that belongs to something else (`check_output_folder`).
@@ -33,9 +34,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertlab.errors import is_short_write
+
+if TYPE_CHECKING:  # only the type hint: this module stays free of the tokenizers library
+    from tokenizers import Tokenizer
 
 LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
 STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{owner}.{random}.tmp
@@ -130,6 +134,20 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_write_json(path: str | Path, obj: Any) -> Path:
     """Return `path` after replacing its content with `obj` as indented JSON, in one step."""
     return atomic_write_text(path, json.dumps(obj, indent=1))
+
+
+def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
+    """Return the path of the JSON file the tokenizer was written to (atomically: temp file, then rename).
+
+    `path` is a file name, or a folder (the file is then `tokenizer.json` inside it). A write
+    that fails raises, naming the file (a full disk as one, the old file kept); read the file
+    back with `bertlab.tokenizer.load_tokenizer`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, tokenizer.to_str())
 
 
 def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from bertlab.config import TrainConfig, check_train_config, lr_at
+from bertlab.config import TrainConfig, check_train_config, lr_at, rank_world
 from bertlab.data import Batch
 from bertlab.engine.checkpoint import (
     latest_checkpoint,
@@ -40,13 +40,12 @@ from bertlab.engine.checkpoint import (
 from bertlab.engine.device import (
     fast_math,
     from_rank0,
-    rank_world,
     resolve_compile,
     resolve_device,
     resolve_precision,
 )
 from bertlab.engine.eventlog import EventLog, check_event_folder
-from bertlab.engine.files import atomic_write_json, atomic_write_text
+from bertlab.engine.files import atomic_write_json, atomic_write_text, save_tokenizer
 from bertlab.engine.resume import (
     CheckpointSaver,
     DataPosition,
@@ -61,7 +60,6 @@ from bertlab.engine.resume import (
     run_contract,
     run_data,
 )
-from bertlab.tokenizer import save_tokenizer
 
 _DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line
 
@@ -74,11 +72,6 @@ class Window:
     steps: int = 0
     tokens: int = 0
     seconds: float = 0.0
-
-    def add(self, loss: float, tokens: int, seconds: float) -> None:
-        """Count one more optimizer step."""
-        self.loss, self.steps = self.loss + loss, self.steps + 1
-        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
 
 
 # What a checkpoint saves of a run's state, and a resume restores.
@@ -150,8 +143,10 @@ class TrainResult:
         return self.history[-1] if self.history else {}
 
 
-def check_loader_batch(loader: Iterable, config: TrainConfig, world: int) -> None:
-    """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step."""
+def check_loader_batch(loader: Iterable, config: TrainConfig, world: int | None = None) -> None:
+    """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step
+    over `world` processes (None: those of this run's process group)."""
+    world = rank_world()[1] if world is None else world
     per_batch = getattr(loader, "batch_size", None)
     if per_batch is None:  # a loader built on a batch sampler (batches grouped by length)
         per_batch = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
@@ -346,9 +341,11 @@ class RunHooks:
             summed = torch.tensor(shares, dtype=torch.float64, device=self.device)
             dist.all_reduce(summed)
             shares = summed.tolist()
+        window = run.window
         for loss, (_, tokens, seconds) in zip(shares, run.pending, strict=True):
             run.step_losses.append(loss)
-            run.window.add(loss, tokens, seconds)
+            window.loss, window.steps = window.loss + loss, window.steps + 1
+            window.tokens, window.seconds = window.tokens + tokens, window.seconds + seconds
         run.pending.clear()
 
     def _resume_advice(self) -> str:

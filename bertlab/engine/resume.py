@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from bertlab.config import rank_world
 from bertlab.data import Batch, EpochLoader, RunData, run_data_of
 from bertlab.engine.checkpoint import (
     latest_checkpoint,
@@ -41,7 +42,6 @@ from bertlab.engine.checkpoint import (
     remove_checkpoint,
     save_checkpoint,
 )
-from bertlab.engine.device import rank_world
 from bertlab.engine.files import LOCK_NAME, check_output_folder, writing_into
 from bertlab.errors import BadInput
 

@@ -17,14 +17,13 @@ from typing import Any
 
 import torch
 
-from bertlab.config import TrainConfig, cpu_threads
+from bertlab.config import TrainConfig, cpu_threads, rank_world
 from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.checkpoint import read_run_json
 from bertlab.engine.device import (
     close_distributed,
     init_distributed,
-    rank_world,
     resolve_device,
     resolve_precision,
 )
@@ -34,7 +33,7 @@ from bertlab.engine.outputs import check_output
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import RECIPE_TRAIN_FIELDS, Recipe, recipe
 from bertlab.engine.resume import check_run_folder
-from bertlab.engine.shards import shard_folder, shard_pair_length, shard_segments
+from bertlab.engine.shards import shard_folder, shard_loader, shard_pair_length, shard_segments
 from bertlab.errors import BadInput, flag_of
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
@@ -99,6 +98,12 @@ def _pair_draws(args: argparse.Namespace, shards: bool) -> int | None:
     return recipe(args.recipe).pair_draws
 
 
+def _loader(source: Path | list, tok: Any, **settings: Any) -> Any:
+    """Return the loader of `source`: a shard folder's (`shard_loader`) or the documents'."""
+    load = shard_loader if isinstance(source, Path) else pretraining_loader
+    return load(source, tok, **settings)
+
+
 def _pretraining_data(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
                       docs: list | None, world: int, device_type: str) -> tuple[Any, Any]:
     """Return (train_loader, val_loader, or None when the corpus has no validation split).
@@ -116,12 +121,11 @@ def _pretraining_data(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
                            num_workers=args.num_workers, pad_to_multiple_of=8 if on_gpu else None,
                            pin_memory=on_gpu, pairs=pairs)
     source = corpus if shards else docs
-    train = pretraining_loader(source, tok, split="train", seed=args.data_seed,
-                               options=dataclasses.replace(
-                                   common, masking=MaskingConfig(mlm_probability=mlm_probability),
-                                   pair_draws=_pair_draws(args, shards),
-                                   group_by_length=args.group_by_length,
-                                   sampler="distributed" if world > 1 else None))
+    train = _loader(source, tok, split="train", seed=args.data_seed,
+                    options=dataclasses.replace(
+                        common, masking=MaskingConfig(mlm_probability=mlm_probability),
+                        pair_draws=_pair_draws(args, shards), group_by_length=args.group_by_length,
+                        sampler="distributed" if world > 1 else None))
     # NSP needs at least 2 documents (negatives come from another one); single segments, one.
     has_validation = (folder_kind(corpus / "validation") == "shards" if shards
                       else len(split_documents(docs)["validation"]) >= (1 if pairs == SINGLE
@@ -129,7 +133,7 @@ def _pretraining_data(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
     # Masked BERT's way (the defaults) whatever the training masking, shuffled in a fixed order
     # (evaluate pins epoch 0; an unshuffled BBC split starts with business), and paired with
     # seed 0 whatever --data-seed: every run is measured on the same pairs and masks.
-    val = (pretraining_loader(source, tok, split="validation", seed=0, options=common)
+    val = (_loader(source, tok, split="validation", seed=0, options=common)
            if has_validation else None)
     extra = _extra_validation(args, tok, source, max_seq_len, common) if has_validation else {}
     return train, ({"": val, **extra} if extra else val)
@@ -161,7 +165,7 @@ def _extra_validation(args: argparse.Namespace, tok: Any, source: Any, max_seq_l
         if problem:
             raise ValueError(f"--validate-also {item}: {length}-token pairs are {problem}; pass "
                              f"each other length once (at least 8)")
-        extra[str(length)] = pretraining_loader(  # seed 0, as the run's own validation pairs
+        extra[str(length)] = _loader(  # seed 0, as the run's own validation pairs
             pairs_from, tok, split="validation", seed=0,
             options=dataclasses.replace(common, max_seq_len=length))
     return extra

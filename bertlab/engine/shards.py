@@ -2,10 +2,13 @@
 
 `prepare_shards` streams a corpus (`bertlab.engine.streaming`) into per-split folders of shards (the
 CLI's `prepare` is `prepare_command`); `ShardExamples` reads them back lazily, as a sequence of
-examples that `bertlab.data.PretrainingDataset` takes like the list `create_nsp_examples` returns, so a
-loader sees the same items either way. `segments="single"` writes single segments ([CLS] text
-[SEP], `bertlab.pairs`) in the same format instead: A is the text, there is no B, and the
-label is -100 (no pair label); meta.json says `"segments": "single"` (`shard_segments`).
+examples that `bertlab.data.PretrainingDataset` takes like the list `create_nsp_examples` returns
+(they are `bertlab.data.StoredExamples`), so a loader sees the same items either way.
+`shard_loader` is `bertlab.data.pretraining_loader` for a shard folder: it finds the split's
+folder, checks what it holds and hands the loader its examples, which stay on disk.
+`segments="single"` writes single segments ([CLS] text [SEP], `bertlab.pairs`) in the same
+format instead: A is the text, there is no B, and the label is -100 (no pair label); meta.json
+says `"segments": "single"` (`shard_segments`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bertlab.corpus import SPLITS, Document
+from bertlab.data import (
+    EpochLoader,
+    LoaderOptions,
+    PairDraws,
+    check_pair_draws,
+    checked_loader_options,
+    pretraining_loader,
+)
 from bertlab.engine.files import (
     atomic_write_folder,
     atomic_write_json,
@@ -31,7 +42,7 @@ from bertlab.engine.files import (
 from bertlab.engine.readers import CORPORA
 from bertlab.engine.streaming import StreamingNspBuilder, StreamOptions, iter_documents
 from bertlab.pairs import NOT_NEXT, SINGLE, Example
-from bertlab.tokenizer import load_tokenizer, train_tokenizer
+from bertlab.tokenizer import SpecialIds, load_tokenizer, train_tokenizer
 
 SHARD_FORMAT = 1
 
@@ -202,18 +213,6 @@ def _check_layout(shard_size: object, splits: Sequence[str] | None) -> None:
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown or not splits:
             raise ValueError(f"splits={tuple(splits)!r}; choose from {SPLITS}, or pass None for all")
-
-
-def check_pair_draws(pair_draws: object, dupe_factor: int = 1) -> None:
-    """Raise ValueError (naming the fix) unless `pair_draws` is a whole number >= 1 that does not
-    come with a dupe factor."""
-    if isinstance(pair_draws, bool) or not isinstance(pair_draws, int) or pair_draws < 1:
-        raise ValueError(f"pair_draws={pair_draws!r}; pass a whole number >= 1 (how many times "
-                         f"the corpus is cut into pairs; epoch e trains on draw e % pair_draws)")
-    if pair_draws > 1 and dupe_factor != 1:
-        raise ValueError(f"pair_draws={pair_draws} with dupe_factor={dupe_factor}: both repeat the "
-                         f"corpus with fresh pairs (dupe_factor mixes the passes into one epoch, "
-                         f"pair_draws gives each epoch its own); choose one")
 
 
 def _check_some_pairs(splits: dict[str, dict[str, Any]], label: str) -> None:
@@ -425,7 +424,9 @@ class ShardExamples(Sequence):
     Arrays are memory-mapped on first use in each process (DataLoader workers open their own),
     so it costs almost no memory however large the corpus. `meta` is the folder's meta.json.
     `draw`: which of the folder's `pair_draws` cuts of the corpus into pairs to read (see
-    `prepare_shards`; `pair_draws_in(folder)` says how many it holds).
+    `prepare_shards`; `pair_draws_in(folder)` says how many it holds). As
+    `bertlab.data.StoredExamples` they state `max_seq_len` (the length prepare cut them at),
+    `pairs` ("nsp", or "single" for single segments), `lengths()` and `update_digest(h)`.
     """
 
     def __init__(self, folder: str | Path, draw: int = 0) -> None:
@@ -444,6 +445,8 @@ class ShardExamples(Sequence):
             raise ValueError(f"shard folder '{folder}' holds {held} pair draw(s); draw={draw!r} "
                              f"is not one of them: pass 0 to {held - 1}")
         self.draw = draw
+        self.max_seq_len = int(self.meta["max_seq_len"])
+        self.pairs = SINGLE if self.meta.get("segments") == SINGLE else "nsp"
         self.shards = self.meta["shards"] if draw == 0 else self.meta["draws"][draw]["shards"]
         self.starts = np.cumsum([0] + [s["examples"] for s in self.shards])
         self._arrays: list[dict[str, np.ndarray]] | None = None
@@ -473,6 +476,13 @@ class ShardExamples(Sequence):
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([np.diff(np.asarray(a["offsets"])) for a in self._open()])
 
+    def update_digest(self, h: Any) -> None:
+        """Feed the draw (past the first) and the folder's meta.json and docs.txt into the hash
+        `h`: what tells these examples apart without reading every token."""
+        if self.draw:
+            h.update(f"draw {self.draw}".encode())
+        hash_listing(h, self.folder)
+
     def _locate(self, index: int) -> tuple[dict[str, np.ndarray], int]:
         if not 0 <= index < len(self):
             raise IndexError(f"example {index} is out of range; the shards hold {len(self)}")
@@ -491,3 +501,68 @@ class ShardExamples(Sequence):
         if self._doc_ids is None:
             self._doc_ids = (self.folder / "docs.txt").read_text(encoding="utf-8").splitlines()
         return self._doc_ids[self[index].doc_index]
+
+
+def shard_examples(folder: str | Path, split: str | None,
+                   options: LoaderOptions) -> ShardExamples | PairDraws:
+    """Return the examples of `split` prepared under `folder` (its `split` sub-folder, or the
+    folder itself): one draw's `ShardExamples`, or `PairDraws` of the first `options.pair_draws`
+    draws it holds (None: all). Raise ValueError naming the fix when the folder holds other
+    examples than `options.pairs` asks for, or fewer draws."""
+    folder = _checked_shard_folder(folder, split, options.pairs)
+    pair_draws, held = options.pair_draws, pair_draws_in(folder)
+    if pair_draws is not None and pair_draws > held:
+        raise ValueError(f"pretraining_loader: pair_draws={pair_draws}, but the shards in "
+                         f"'{folder}' hold {held} draw(s) of pairs; prepare them again with "
+                         f"--pair-draws {pair_draws}, or pass pair_draws <= {held}")
+    count = held if pair_draws is None else pair_draws
+    if count == 1:
+        return ShardExamples(folder)
+    return PairDraws([ShardExamples(folder, draw=k) for k in range(count)])
+
+
+def _checked_shard_folder(source: str | Path, split: str | None, pairs: str) -> Path:
+    """Return the folder of `split`'s shards under `source` after checking that they hold the
+    examples `pairs` asks for (NSP pairs for "nsp", `prepare --segments single` for "single";
+    no shards hold other pairs); raise ValueError naming the fix otherwise."""
+    if pairs not in ("nsp", SINGLE):
+        raise ValueError(f"pretraining_loader: {source} is a shard folder, and shards hold NSP "
+                         f"pairs or single segments (what prepare builds); {pairs} pairs are "
+                         f"built from documents: pass the corpus itself, not prepared shards")
+    folder = shard_folder(source, split)
+    held = shard_segments(folder)
+    if held == SINGLE and pairs != SINGLE:
+        raise ValueError(f"pretraining_loader: the shards in {folder} hold single segments "
+                         f"(prepare --segments single), which have no {pairs} pairs; pass "
+                         f"LoaderOptions(pairs='single') to train masked LM alone on them, or "
+                         f"prepare the "
+                         f"corpus again without --segments single for NSP pairs")
+    if held != SINGLE and pairs == SINGLE:
+        raise ValueError(f"pretraining_loader: the shards in {folder} hold NSP pairs; single "
+                         f"segments are built from documents: pass the corpus itself, not "
+                         f"prepared shards, or prepare them with --segments single")
+    return folder
+
+
+def shard_loader(
+    folder: str | Path,
+    tokenizer: Tokenizer | SpecialIds,
+    *,
+    split: str | None = "train",
+    seed: int = 0,
+    options: LoaderOptions | None = None,
+) -> EpochLoader:
+    """Return `bertlab.data.pretraining_loader`'s batches of the examples prepared in a shard folder.
+
+    `folder`: what `prepare_shards` (the CLI's `prepare`) wrote; `split`'s sub-folder is read,
+    or the folder itself (one split's folder, or one prepared with `splits=None`). The examples
+    stay on disk (`shard_examples`), cut at the length they were prepared with. `options.pairs`
+    must name what the folder holds: "nsp" for pairs, "single" for single segments (`prepare
+    --segments single`); other pairs are built from documents. `options.pair_draws`: None
+    reads every draw the folder holds (`prepare --pair-draws K`), a smaller K the first K.
+    Every other setting, `seed` and `split` (which picks the default mask schedule) mean what
+    they mean for `pretraining_loader`.
+    """
+    options = checked_loader_options(options, split)
+    examples = shard_examples(folder, split, options)
+    return pretraining_loader(examples, tokenizer, split=split, seed=seed, options=options)
