@@ -64,6 +64,8 @@ results: $(STAMP)
 	$(PY) benchmarks/ablations.py --seeds 0 1 2 --jobs 2 --threads 1
 	test -f models/course-tiny/MANIFEST.json || $(MAKE) course-model
 	$(PY) benchmarks/downstream.py --threads 1
+	$(PY) benchmarks/nsp_sentences.py --threads 1
+	$(PY) benchmarks/attention_heads.py --threads 1
 	$(PY) benchmarks/chinese_wwm.py --steps 10000 --seeds 0 2 --threads 1 --out runs/zh-a.json & \
 	  first=$$!; $(PY) benchmarks/chinese_wwm.py --steps 10000 --seeds 1 --threads 1 \
 	  --out runs/zh-b.json && wait $$first

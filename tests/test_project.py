@@ -768,6 +768,8 @@ def test_records_name_the_files_the_makefile_writes():
     outs = re.findall(r"--out (\S+)", " ".join(m["command"] for m in zh["merged_from"]))
     assert outs and all(f"--out {o}" in makefile for o in outs), outs
     assert zh["command"].split("chinese_wwm.py ")[1] in makefile
+    sentences = json.loads((ROOT / "benchmarks" / "results" / "nsp_sentences.json").read_text(encoding="utf-8"))
+    assert sentences["command"].replace("python ", "$(PY) ", 1) in makefile
 
 
 def test_every_test_the_readme_names_exists():
@@ -779,3 +781,20 @@ def test_every_test_the_readme_names_exists():
                for m in re.findall(r"^def (test_\w+)\(", path.read_text(encoding="utf-8"), re.M)}
     assert len(named) >= 30, f"the README names only {len(named)} tests"
     assert named <= defined, f"the README names tests that do not exist: {sorted(named - defined)}"
+
+
+def test_the_study_notes_the_course_cites_are_there_to_read():
+    # Every notebook that cites the study notes links the page that retells them.
+    notes = ROOT / "notebooks" / "SOURCE_NOTES.md"
+    assert notes.is_file(), "notebooks/SOURCE_NOTES.md is missing"
+    citing = []
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        if "study notes" in text.lower():
+            citing.append(path.name)
+            assert "(SOURCE_NOTES.md)" in text, f"{path.name} cites the study notes without a link"
+    assert len(citing) >= 5, f"only {citing} cite the study notes"
+    page = notes.read_text(encoding="utf-8")
+    for name in citing:  # the page names every notebook that cites it
+        assert re.search(rf"\b{name[:2]}\b", page), f"SOURCE_NOTES.md never names {name[:2]}"
