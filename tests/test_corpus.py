@@ -483,6 +483,8 @@ def test_a_long_document_of_rows_comes_in_parts_in_one_split(tmp_path, monkeypat
 
 BAD_ROWS = [
     ("not-json", '{"text": "broken', "record 2 (line 3: '{\"text\": \"broken') is not valid JSON"),
+    # json's message for a raw tab ends in "at": the row's message says it once
+    ("control", '{"text": "a\tb"}', "is not valid JSON (Invalid control character at column 12)"),
     ("number", '{"text": 42}', "holds a number in field 'text', not a string"),
     ("null", '{"text": null}', "holds null in field 'text', not a string"),
     ("empty", '{"text": "   "}', "has an empty field 'text'"),

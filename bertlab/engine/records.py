@@ -139,7 +139,9 @@ def _jsonl_rows(path: Path, errors: str) -> Iterator[_Row]:
             try:
                 values = json.loads(line)
             except json.JSONDecodeError as exc:
-                values = _BadRow(f"is not valid JSON ({exc.msg} at column {exc.colno})")
+                # json's own message may end in "at" ("Invalid control character at").
+                values = _BadRow(f"is not valid JSON ({exc.msg.removesuffix(' at')} at column "
+                                 f"{exc.colno})")
             if not isinstance(values, (dict, _BadRow)):
                 values = _BadRow(f"is a JSON {type(values).__name__}, not an object with fields")
             yield _Row(number, line_number, line.strip(), values)

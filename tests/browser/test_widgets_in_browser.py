@@ -105,7 +105,7 @@ def lab(tmp_path_factory) -> Iterator[Lab]:
     base = tmp_path_factory.mktemp("lab")
     root, home = base / "root", base / "jupyter"
     (root / "notebooks").mkdir(parents=True)
-    for name in NOTEBOOKS:  # they import bertlab and read no file of the repository
+    for name in NOTEBOOKS:  # they import bertlab, and find the repository's files through it
         shutil.copy(ROOT / "notebooks" / name, root / "notebooks" / name)
     for name, values in USER_SETTINGS.items():
         path = home / "config" / "lab" / "user-settings" / name
