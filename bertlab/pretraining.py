@@ -89,7 +89,6 @@ class PretrainingObjective(Objective):
         self.objectives = check_objectives(objectives)
         self.name = ",".join(self.objectives)  # saved with every checkpoint
         self.pair = pair_objective(self.objectives)  # "nsp", "sop", or None: masked LM alone
-        self.target_share, self.unpad = target_share, unpad
         self.data, self.record = data, dict(record or {})
         # The batch as the step hands it to the model, prepared on the CPU: `fast_inputs` with
         # these settings (no mask when nothing is padded, the compiled MLM rows, the real tokens).
