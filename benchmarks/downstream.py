@@ -10,12 +10,15 @@ One run, on CPU, measures:
    [CLS] better is the NSP group of benchmarks/ablations.py, with 3 seeds per arm.
 2. `compare_downstream` with all labels and with k labelled documents per class (default 8 and
    32): fine-tuned (every weight of the course model trained on the labels), the linear probe
-   on its pooled [CLS], TF-IDF + logistic regression on the same 128 WordPiece tokens, and the
+   on its pooled [CLS], TF-IDF + logistic regression on the same WordPiece tokens, and the
    same architecture trained from random weights with the same fine-tuning recipe. Every row
    over several seeds (head init, data order, and the k documents drawn).
 
 The model is models/course-tiny (made by `make course-model`: the course recipe, 8,000 steps;
-its MANIFEST.json, copied into the results, says how). Results, with the command, go to
+its MANIFEST.json, copied into the results, says how). Every method reads the first
+`--max-seq-len` tokens of each article; by default the length the model was pretrained at (its
+MANIFEST's recipe: 64 for course-tiny), since positions beyond it never had a gradient: their
+embeddings never learned. Results, with the command, go to
 benchmarks/results/downstream.json; the script prints the checks it makes, PASS or MISS.
 
 Usage: python benchmarks/downstream.py [--model models/course-tiny] [--seeds 3] [--threads 1]
@@ -32,7 +35,7 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.engine.loading import load_model
+from bertlab.engine.loading import load_model, pretrained_length
 from bertlab.engine.tasks import compare_downstream, load_task
 from bertlab.finetune import (
     FinetuneConfig,
@@ -90,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds of every row")
     parser.add_argument("--labels-per-class", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--epochs", type=float, default=5.0, help="fine-tuning epochs")
-    parser.add_argument("--max-seq-len", type=int, default=128)
+    parser.add_argument("--max-seq-len", type=int, default=None,
+                        help="tokens read from each article (default: the length the model was "
+                             "pretrained at, from its MANIFEST.json or a run folder's "
+                             "run.json; 128 without one)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=RESULTS / "downstream.json")
     parser.add_argument("--trace", nargs=2, type=int, metavar=("K", "SEED"), default=None,
@@ -99,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                              "else: the reproduce trace in the record (tools/record_traces.py)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.max_seq_len is None:  # positions past the pretrained length never had a gradient
+        found = pretrained_length(args.model)
+        args.max_seq_len = FinetuneConfig.max_seq_len if found is None else found[0]
     if args.trace:
         return trace(args)
     start = time.perf_counter()
@@ -111,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     print(f"BBC: {len(docs)} documents; model {args.model} "
           f"({manifest['steps'] if manifest else '?'} steps of pretraining); seeds {seeds}; "
-          f"{torch.get_num_threads()} threads", flush=True)
+          f"{torch.get_num_threads()} threads; first {args.max_seq_len} tokens of each article",
+          flush=True)
 
     print("1. probes on frozen vectors", flush=True)
     t = time.perf_counter()

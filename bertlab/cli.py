@@ -24,7 +24,7 @@ from bertlab.engine.files import (
     atomic_write_json,
     writing_into,
 )
-from bertlab.engine.loading import load_model
+from bertlab.engine.loading import load_model, pretrained_length
 from bertlab.engine.outputs import check_output
 from bertlab.engine.recipes import DEMO_STEPS, RECIPES
 from bertlab.engine.records import BAD_ROW_CHOICES
@@ -200,8 +200,11 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3, "
                    "for the tiny and mini presets; use 2e-5 to 5e-5 for BERT-base)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size (default: 32)")
-    p.add_argument("--max-seq-len", type=int, default=128, help="tokens read per document: "
-                   "[CLS] title + first sentences [SEP] (default: 128)")
+    p.add_argument("--max-seq-len", type=int, default=None, help="tokens read per document: "
+                   "[CLS] title + first sentences [SEP] (default: the length the model was "
+                   "pretrained at, from a run folder's run.json or a course model's "
+                   "MANIFEST.json, since positions past it never had a gradient; 128 when "
+                   "neither records it)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     p.add_argument("--json", help="also write the results to this JSON file")
     _add_encoding_errors(p)
@@ -349,9 +352,11 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         check_output(args.json, "--json", inputs=[("model_dir", args.model_dir),
                                                   ("--task", args.task)])
     resolve_device(args.device)  # a device this machine lacks is refused before any work
+    max_seq_len, where = _finetune_length(args)
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                            max_seq_len=args.max_seq_len, device=args.device)
+                            max_seq_len=max_seq_len, device=args.device)
     model, tok = load_model(args.model_dir, require_tokenizer=True)
+    print(f"reading the first {max_seq_len} tokens of each document: {where}")
     corpus_read: dict[str, int] = {}  # filled as a task of your own is read
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
                                  seeds=range(args.seeds),
@@ -365,6 +370,19 @@ def cmd_finetune(args: argparse.Namespace) -> int:
                                       "corpus_read": corpus_read or None,
                                       "results": [r.to_dict() for r in results]})
     return 0
+
+
+def _finetune_length(args: argparse.Namespace) -> tuple[int, str]:
+    """Return finetune's tokens per document and where that number came from: --max-seq-len
+    when given, else the length the model was pretrained at, else FinetuneConfig's default."""
+    if args.max_seq_len is not None:
+        return args.max_seq_len, "as --max-seq-len asks"
+    found = pretrained_length(args.model_dir)
+    if found is not None:
+        return found[0], f"the length the model was pretrained at ({found[1]})"
+    default = FinetuneConfig.max_seq_len
+    return default, (f"the default; {args.model_dir} records no pretraining length (no "
+                     f"run.json or MANIFEST.json with one), pass --max-seq-len to choose")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -297,12 +297,14 @@ def test_summary_and_noise_verdicts():
     assert base["mlm_accuracy_std"] == pytest.approx(math.sqrt(2) * 0.01)
     assert "probe_accuracy_mean" not in base  # not measured
     (nsp,) = compare_to_baseline(rows, "nsp", "mlm_accuracy", "MLM + NSP")
-    assert nsp["diff"] == pytest.approx(-0.01) and nsp["verdict"] == "within noise"
+    assert nsp["diff"] == pytest.approx(-0.01) and nsp["verdict"] == "within the noise"
     verdicts = {v["name"]: v
                 for v in compare_to_baseline(rows, "masking-rate", "mlm_accuracy", "15%")}
-    assert verdicts["40%"]["verdict"] == "better"
+    assert verdicts["40%"]["verdict"] == "higher"  # the words of bertlab.course.twins.verdict
     assert verdicts["40%"]["se"] == pytest.approx(math.sqrt(0.00005 / 2 + 0.00005 / 2))
     assert verdicts["30%"]["verdict"] == "too few seeds"
+    (lower,) = compare_to_baseline(rows, "masking-rate", "mlm_accuracy", "40%")[:1]
+    assert lower["name"] == "15%" and lower["verdict"] == "lower"
     with pytest.raises(ValueError, match="no baseline row"):
         compare_to_baseline(rows, "nsp", "probe_accuracy", "MLM + NSP")
     table = format_summary(rows, metrics=("mlm_accuracy", "probe_accuracy"))

@@ -198,3 +198,23 @@ def test_the_head_minus_the_rule_adds_the_rules_own_error_to_the_seeds_spread():
     assert gap["two_se"] == pytest.approx(2 * (0.005 / 2 + 0.02 ** 2) ** 0.5)
     assert verdict(gap) == "higher"
     assert mean_std([0.1, 0.2, 0.3]) == pytest.approx((0.2, 0.1))
+
+
+def _outputs(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return " ".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code"
+                    for o in c.get("outputs", []))
+
+
+def test_the_nsp_verdict_is_one_sentence_from_the_twins_record_everywhere_it_is_given():
+    from bertlab.course.twins import nsp_verdict
+
+    sentence = " ".join(nsp_verdict(load_twins()).split())
+    assert sentence.startswith("NSP is learned") and sentence.endswith(").")
+    readme = " ".join(line.removeprefix("> ") for line in
+                      (ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert sentence in " ".join(readme.split()), "README.md does not quote nsp_verdict as it is now"
+    for number in ("05", "06", "07"):
+        notebook = next((ROOT / "notebooks").glob(f"{number}_*.ipynb"))
+        assert sentence in " ".join(_outputs(notebook).split()), (
+            f"{notebook.name} does not print nsp_verdict(load_twins()) as it is now; re-run it")

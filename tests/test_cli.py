@@ -235,6 +235,7 @@ def test_demo_runs_end_to_end_and_ends_with_the_downstream_table(tmp_path, capsy
                  "--finetune-epochs", "0.05"]) == 0
     out = capsys.readouterr().out
     assert "7/7 downstream" in out
+    assert "first 64 tokens of each story" in out  # the length the course recipe pretrains at
     for method in ("fine-tuned", "linear probe", "TF-IDF", "from scratch"):
         assert method in out
     results = json.loads((tmp_path / "demo" / "results.json").read_text())
@@ -371,6 +372,68 @@ def test_finetune_reads_a_folder_of_labelled_text(corpus, tmp_path, capsys):
     (task / "loose.txt").write_text("No label. None at all.\n")
     assert main(["finetune", str(run), "--task", str(task), "--methods", "tf-idf"]) == 2
     assert "lie directly in it" in capsys.readouterr().err
+
+
+def test_finetune_reads_the_length_the_model_was_pretrained_at(corpus, tmp_path, capsys,
+                                                               monkeypatch):
+    from bertlab import cli
+
+    run, hf, task = tmp_path / "run", tmp_path / "hf", tmp_path / "task"
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(run), "--max-steps", "1",
+                 *SMALL, "--max-position-embeddings", "64"]) == 0
+    assert main(["export-hf", str(run), str(hf)]) == 0  # no MANIFEST.json: a folder of yours
+    docs = load_corpus("bbc")
+    for label in ("sport", "tech"):
+        (task / label).mkdir(parents=True)
+        for i, doc in enumerate([d for d in docs if d.label == label][:20]):
+            (task / label / f"{i:02d}.txt").write_text(doc.text, encoding="utf-8")
+    lengths = []
+
+    def spy(*args, config, **kwargs):
+        lengths.append(config.max_seq_len)
+        return compare(*args, config=config, **kwargs)
+
+    compare = cli.compare_downstream
+    monkeypatch.setattr(cli, "compare_downstream", spy)
+    tf_idf = ["--task", str(task), "--methods", "tf-idf", "--device", "cpu"]
+    capsys.readouterr()
+    assert main(["finetune", str(run), *tf_idf]) == 0  # run.json says 64 tokens
+    assert main(["finetune", str(run), *tf_idf, "--max-seq-len", "32"]) == 0  # the flag wins
+    assert main(["finetune", str(hf), *tf_idf]) == 0  # nothing records it: 128
+    assert lengths == [64, 32, 128]
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("reading")]
+    assert said == [
+        f"reading the first 64 tokens of each document: the length the model was pretrained "
+        f"at ({run / 'run.json'})",
+        "reading the first 32 tokens of each document: as --max-seq-len asks",
+        f"reading the first 128 tokens of each document: the default; {hf} records no "
+        f"pretraining length (no run.json or MANIFEST.json with one), pass --max-seq-len to "
+        f"choose"]
+    # Longer than the model's 64 positions: refused as before, naming both numbers.
+    assert main(["finetune", str(hf), *tf_idf[:-3], "fine-tuned", "--device", "cpu"]) == 2
+    assert "max_seq_len=128 is longer than the model's max_position_embeddings=64" in \
+        capsys.readouterr().err
+
+
+def test_pretrained_length_reads_run_json_then_the_manifest_and_names_a_bad_record(tmp_path):
+    from bertlab.engine.loading import pretrained_length
+    from bertlab.errors import BadInput
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / "course-tiny"
+    assert pretrained_length(shipped) == (64, shipped / "MANIFEST.json")
+    assert pretrained_length(tmp_path) is None
+    (tmp_path / "run.json").write_text('{"args": {}, "max_seq_len": null}')  # ready-made pairs
+    assert pretrained_length(tmp_path) is None
+    (tmp_path / "MANIFEST.json").write_text('{"recipe": {"max_seq_len": 96}}')
+    assert pretrained_length(tmp_path) == (96, tmp_path / "MANIFEST.json")
+    (tmp_path / "run.json").write_text('{"args": {}, "max_seq_len": 48}')
+    assert pretrained_length(tmp_path) == (48, tmp_path / "run.json")
+    (tmp_path / "MANIFEST.json").write_text("{not json")  # not read: run.json answers
+    assert pretrained_length(tmp_path) == (48, tmp_path / "run.json")
+    for run_json, named in (('{"max_seq_len": "64"}', "run.json"), ("{}", "MANIFEST.json")):
+        (tmp_path / "run.json").write_text(run_json)
+        with pytest.raises(BadInput, match=f"{named}: .*pass --max-seq-len"):
+            pretrained_length(tmp_path)
 
 
 def test_validate_also_adds_a_history_column_set_per_length(corpus, tmp_path, capsys):

@@ -37,19 +37,24 @@ def _report(checks) -> tuple[int, list[str]]:
 def test_the_whole_doctor_passes_here_with_one_line_per_check(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cache"
     monkeypatch.setenv("BERTLAB_CACHE", str(cache))
-    assert main(["doctor", "--seconds", "1.5"]) == 0
+    code = main(["doctor", "--seconds", "1.5"])
     lines = capsys.readouterr().out.splitlines()
     names = [name for name, _ in default_checks()]
     assert lines[0].startswith("bertlab doctor:")
     body, summary = lines[1:-1], lines[-1]
     assert len(body) == len(names)
+    speed = next(line for line in body if "training speed" in line)
+    # Notebook 05's run takes both cores: beside other busy programs (a shared test machine) it
+    # crawls, and then the speed check rightly fails, saying why. Nothing else may fail here.
+    crowded = "other programs ran" in speed or "cores busy" in speed
     for name, line in zip(names, body, strict=True):
         status, rest = line.split(maxsplit=1)
         assert rest.startswith(name), line
-        assert status in ("OK", "WARN", "INFO"), line
-    assert summary.startswith(f"{len(names)} checks") and "0 FAIL" in summary
-    assert "ready for the course" in summary and "not ready" not in summary
-    speed = next(line for line in body if "training speed" in line)
+        assert status in ("OK", "WARN", "INFO") or (name == "training speed" and crowded), line
+    assert summary.startswith(f"{len(names)} checks")
+    if speed.split()[0] != "FAIL":
+        assert code == 0 and "0 FAIL" in summary
+        assert "ready for the course" in summary and "not ready" not in summary
     assert "steps/s" in speed and "notebook 05's 2,500 steps" in speed
     assert "2,225 BBC News articles" in body[names.index("bbc corpus")]
     assert not cache.exists(), "the doctor wrote into the tokenizer cache"
@@ -228,4 +233,18 @@ def test_the_speed_check_warns_when_other_programs_leave_less_than_a_core(monkey
         assert "close the programs that keep the CPU busy" in result.fix
     else:
         assert result.status == "OK" and "cores busy" not in result.message
-    assert "1 thread)" in result.message  # the lesson's own thread count: tiny's fixed one
+    # Timed on notebook 05's own thread count, and the demo on the tiny preset's
+    assert f"{doctor.notebook05_threads()} threads as its run)" in result.message
+    assert "the demo's 3,000 on 1 thread (" in result.message
+
+
+def test_the_doctor_times_notebook_05_on_the_threads_that_notebook_sets():
+    # One function gives the count to both, so the doctor's minutes are the notebook's run's.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cells = json.loads((root / "notebooks" / "05_pretraining.ipynb").read_text(encoding="utf-8"))
+    code = "\n".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code")
+    assert re.findall(r"torch\.set_num_threads\((.*)\)", code) == ["notebook05_threads()"]
+    assert "STEPS = NOTEBOOK05_STEPS" in code

@@ -43,6 +43,7 @@ import torch
 
 from bertlab.corpus import split_documents
 from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
+from bertlab.course.twins import verdict
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.device import resolve_device, resolve_precision
 from bertlab.engine.files import atomic_write_json
@@ -420,9 +421,11 @@ def compare_to_baseline(rows: Sequence[dict[str, Any]], group: str, metric: str,
     (`grid.group_baseline` names the budget's own recipe) and a verdict.
 
     The noise scale is the standard error of the difference of two means,
-    se = sqrt(s_a^2 / n_a + s_b^2 / n_b). Verdict: "within noise" when |diff| <= z x se,
-    "better" / "worse" otherwise, "too few seeds" when either side has one seed. With 2-3 seeds
-    the standard deviations themselves are rough, so treat a verdict as a hint, not a test.
+    se = sqrt(s_a^2 / n_a + s_b^2 / n_b). The verdict is the course's one vocabulary
+    (`bertlab.course.twins.verdict`, with z x se as the noise): "higher" or "lower" when the
+    interval diff +- z x se lies on one side of zero, "within the noise" when it spans zero, "too
+    few seeds" when either side has one seed. With 2-3 seeds the standard deviations themselves are
+    rough, so treat a verdict as a hint, not a test.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """
@@ -438,14 +441,10 @@ def compare_to_baseline(rows: Sequence[dict[str, Any]], group: str, metric: str,
         n_a, n_b = len(row["seeds"]), len(base["seeds"])
         diff = row[f"{metric}_mean"] - base[f"{metric}_mean"]
         se = math.sqrt(row[f"{metric}_std"] ** 2 / n_a + base[f"{metric}_std"] ** 2 / n_b)
-        if min(n_a, n_b) < 2:
-            verdict = "too few seeds"
-        elif abs(diff) <= z * se:
-            verdict = "within noise"
-        else:
-            verdict = "better" if diff > 0 else "worse"
+        found = ("too few seeds" if min(n_a, n_b) < 2
+                 else verdict({"mean": diff, "two_se": z * se}))
         out.append({"name": name, "baseline": baseline, "metric": metric, "diff": diff, "se": se,
-                    "verdict": verdict})
+                    "verdict": found})
     return out
 
 

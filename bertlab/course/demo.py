@@ -149,16 +149,21 @@ def _show_pretraining(result: TrainResult, cloze: dict, before: list, after: lis
         print(f"    after:  {format_guesses(a)}")
 
 
-def _demo_downstream(model: BertForPreTraining, tok: Any, finetune_epochs: float) -> list:
-    """Stage 7: return compare_downstream's results on BBC topics, all labels and few; print them."""
+def _demo_downstream(model: BertForPreTraining, tok: Any, finetune_epochs: float,
+                     max_seq_len: int) -> list:
+    """Stage 7: return compare_downstream's results on BBC topics, all labels and few; print them.
+
+    Every method reads the first `max_seq_len` tokens of each story: the length the demo
+    pretrained at, since the positions past it never had a gradient.
+    """
     print(f"\n7/7 downstream: BBC topics (5 classes) from the pooled [CLS] vector, "
-          f"{finetune_epochs:g} fine-tuning epochs; all labels (1 run) and 8 or 32 labelled "
-          f"documents per class (3 runs each)")
+          f"{finetune_epochs:g} fine-tuning epochs, first {max_seq_len} tokens of each story; "
+          f"all labels (1 run) and 8 or 32 labelled documents per class (3 runs each)")
     downstream = compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=finetune_epochs, min_steps=1))
+        epochs=finetune_epochs, min_steps=1, max_seq_len=max_seq_len))
     # Few labels: at least FinetuneConfig's min_steps updates, or 40 documents give 4 steps.
     downstream += compare_downstream(model, tok, "bbc-topic", config=FinetuneConfig(
-        epochs=finetune_epochs), k_per_class=(8, 32), seeds=(0, 1, 2))
+        epochs=finetune_epochs, max_seq_len=max_seq_len), k_per_class=(8, 32), seeds=(0, 1, 2))
     print(f"    test split, {len(downstream[0].predictions)} documents")
     print(format_table(downstream))
     return downstream
@@ -196,7 +201,8 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
     after = [fill_mask(model, tok, text, top_k=3)[0] for text in EXAMPLES]
     cloze = cloze_score(model, tok)
     _show_pretraining(result, cloze, before, after)
-    downstream = _demo_downstream(model, tok, finetune_epochs)
+    downstream = _demo_downstream(model, tok, finetune_epochs,
+                                  train.max_seq_len or course.max_seq_len)
 
     fig = plot_training_curves(result.history)
     fig.savefig(out / "curves.png", dpi=120, bbox_inches="tight")

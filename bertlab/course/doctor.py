@@ -29,6 +29,7 @@ import torch
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from torch.utils.data import DataLoader
 
 from bertlab.config import cpu_threads
 from bertlab.course.traces import REPO  # the checkout, when bertlab runs from one
@@ -52,8 +53,9 @@ except ImportError:
 # The counts the notebooks assert (00, 01 and 08); another count means another package version.
 BBC_ARTICLES, ZH_NEWS_ARTICLES, ZH_REVIEWS = 2225, 3214, 17363
 # Notebook 05's live run (2,500 steps of the course recipe, tiny preset) must fit the 5 minutes
-# each notebook promises on 2 CPU cores. Slower than twice that, a class would wait on this
-# laptop: a failure. In between, a warning with the minutes to expect.
+# each notebook is allowed on 2 CPU cores: tests/test_project.py holds every notebook's time in
+# notebooks/run_times.json (written by `make notebooks`) to PROMISED_MINUTES. Slower than twice
+# that, a class would wait on this laptop: a failure. In between, a warning with the minutes.
 NOTEBOOK05_STEPS, PROMISED_MINUTES, FAIL_MINUTES = 2500, 5.0, 10.0
 SPEED_DOCS, COURSE_VOCAB = 400, 8192
 # A lesson's run uses one thread (bertlab.config.cpu_threads): it slows once other programs
@@ -273,21 +275,50 @@ def busy_cores(seconds: float = 1.0) -> float | None:
     return round(cores * (spent - (idle1 - idle0)) / spent, 2) if spent > 0 else 0.0
 
 
+def notebook05_threads() -> int:
+    """Return the torch threads of notebook 05's live run, which the doctor times with too: twice
+    the tiny preset's (`bertlab.config.cpu_threads`), both cores of the 2-core machine the course
+    is timed on, so that its 2,500 steps and the rest of the notebook fit its 5 minutes.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    return 2 * (cpu_threads("tiny") or 1)
+
+
 def speed_status(steps_per_s: float) -> str:
     """Return "OK", "WARN" or "FAIL" for a training speed (notebook 05's run in 5 or 10 min)."""
     minutes = NOTEBOOK05_STEPS / steps_per_s / 60
     return "OK" if minutes <= PROMISED_MINUTES else "WARN" if minutes <= FAIL_MINUTES else "FAIL"
 
 
+def _steps_per_s(model: BertForPreTraining, loader: DataLoader, threads: int,
+                 seconds: float) -> float:
+    # The course recipe's speed on `threads` torch threads, after 3 untimed warm-up steps.
+    course = recipe("course")
+    quiet = {"eval_interval": None, "checkpoint_interval": None, "progress": False,
+             "log_interval": 0, "compile": False}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        pretrain(model, loader, None, course.train_config(max_steps=3, **quiet), objectives=course.objectives)
+        result = pretrain(model, loader, None, course.train_config(
+            max_steps=None, max_minutes=seconds / 60, **quiet), objectives=course.objectives)
+    finally:
+        torch.set_num_threads(before)
+    return result.steps / result.elapsed_s
+
+
 def check_training_speed(seconds: float = 20.0) -> Check:
     """Return the pretraining speed of the course recipe's tiny model, timed for `seconds`.
 
-    Measured as notebook 05 runs it: `pretrain` on the device it picks ("auto"), with the
-    tiny preset's threads (`bertlab.config.cpu_threads`), after 3 untimed warm-up steps. Before
-    it, a second of the machine says how many cores other programs keep busy: when they leave
-    less than one free, every lesson's run shares a core and slows, so the check warns. The model has the course's 8,192-token
-    vocabulary whatever the small tokenizer here reached, so its MLM head costs what it costs in
-    the notebook. torch.compile stays off: a few seconds could not pay back its compile time.
+    Measured as notebook 05 runs it: `pretrain` on the device it picks ("auto"), on that run's
+    threads (`notebook05_threads`), after 3 untimed warm-up steps; the demo runs on the tiny
+    preset's own threads (`bertlab.config.cpu_threads`), so where the two counts differ each is
+    timed for half the seconds. Before it, a second of the machine says how many cores other
+    programs keep busy: when they leave less than one free, every lesson's run shares a core and
+    slows, so the check warns. The model has the course's 8,192-token vocabulary whatever the
+    small tokenizer here reached, so its MLM head costs what it costs in the notebook.
+    torch.compile stays off: a few seconds could not pay back its compile time.
     """
     docs = load_corpus("bbc")[:SPEED_DOCS]
     tok = train_tokenizer(docs, vocab_size=COURSE_VOCAB, cache=False)
@@ -295,24 +326,17 @@ def check_training_speed(seconds: float = 20.0) -> Check:
     loader = pretraining_loader(docs, tok, split="train", seed=0, options=course.loader_options())
     model = BertForPreTraining(course.model_config("tiny", COURSE_VOCAB),
                                generator=torch.Generator().manual_seed(0))
-    quiet = {"eval_interval": None, "checkpoint_interval": None, "progress": False,
-             "log_interval": 0, "compile": False}
     others = busy_cores()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cpu_threads("tiny") or threads)  # as notebook 05's run
-    try:
-        pretrain(model, loader, None, course.train_config(max_steps=3, **quiet), objectives=course.objectives)
-        result = pretrain(model, loader, None, course.train_config(
-            max_steps=None, max_minutes=seconds / 60, **quiet), objectives=course.objectives)
-        used = torch.get_num_threads()
-    finally:
-        torch.set_num_threads(threads)
-    rate = result.steps / result.elapsed_s
+    ours, demo = notebook05_threads(), cpu_threads("tiny") or torch.get_num_threads()
+    counts = sorted({ours, demo}, reverse=True)  # notebook 05's count first
+    rates = {n: _steps_per_s(model, loader, n, seconds / len(counts)) for n in counts}
+    rate = rates[ours]
     minutes = NOTEBOOK05_STEPS / rate / 60
-    message = (f"{rate:.1f} steps/s (tiny, course recipe, {resolve_device('auto')}, {used} "
-               f"thread{'s' if used > 1 else ''}): notebook 05's {NOTEBOOK05_STEPS:,} steps take "
-               f"about {minutes:.1f} min, the demo's {DEMO_STEPS:,} about "
-               f"{DEMO_STEPS / rate / 60:.1f} min")
+    message = (f"{rate:.1f} steps/s (tiny, course recipe, {resolve_device('auto')}, {ours} "
+               f"thread{'s' if ours > 1 else ''} as its run): notebook 05's {NOTEBOOK05_STEPS:,} "
+               f"steps take about {minutes:.1f} min; the demo's {DEMO_STEPS:,} on {demo} "
+               f"thread{'s' if demo > 1 else ''} ({rates[demo]:.1f} steps/s) about "
+               f"{DEMO_STEPS / rates[demo] / 60:.1f} min")
     status = speed_status(rate)
     load = load_average() or 0.0
     message += f" ({load_note()}"  # beside every time, so that a busy machine shows
@@ -320,8 +344,8 @@ def check_training_speed(seconds: float = 20.0) -> Check:
         message += ": other programs ran"
     message += ")"
     fix = {"OK": "", "WARN": f"expect notebook 05's run to take {minutes:.0f} min instead of "
-                             f"{PROMISED_MINUTES:.0f}; close other programs and plug in the "
-                             f"charger (battery saving slows the CPU)",
+                             f"the {PROMISED_MINUTES:.0f} each notebook is allowed; close other "
+                             f"programs and plug in the charger (battery saving slows the CPU)",
            "FAIL": "too slow for the live runs: close other programs, plug in the charger and "
                    "run the doctor again; if it stays slow, pair this laptop with another"}[status]
     cores = os.cpu_count() or 1

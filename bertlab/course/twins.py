@@ -113,3 +113,35 @@ def verdict(difference: dict[str, Any]) -> str:
     if difference["mean"] + difference["two_se"] < 0:
         return "lower"
     return "within the noise"
+
+
+# The goal the course set its NSP twins: pair accuracy on the 64-token validation pairs.
+NSP_GOAL = 0.85
+
+
+def _pm(difference: dict[str, Any]) -> str:
+    return f"{difference['mean']:+.3f} ± {difference['two_se']:.3f}"
+
+
+def nsp_verdict(record: dict[str, Any]) -> str:
+    """Return the course's one-sentence verdict on NSP, built from the twins' record: what the
+    NSP head reached against its goal and the word-overlap rule, what it leans on, and what it
+    changed beside its MLM-only twin, each difference with its verdict. Notebooks 05, 06 and 07
+    print it and the README quotes it, so the words cannot drift from the numbers."""
+    nsp = spread(record, "mlm+nsp", "pair_accuracy_64")
+    rule = above_rule(record, "mlm+nsp", "64")
+    runs = runs_of(record, "mlm+nsp")
+    same_topic = mean_std([r["pair_limits"]["by_partner_bert_masked"]["not_next_same_topic"]
+                           ["accuracy"] for r in runs])
+    probe = paired(record, "mlm+nsp", "cls_probe_pooled")
+    few = paired(record, "mlm+nsp", "fine-tuned @ 8")
+    mask = paired(record, "mlm+nsp", "mask_accuracy_64")
+    goal = "met" if nsp["mean"] >= NSP_GOAL else "missed"
+    return (f"NSP is learned but mostly as topic matching: the MLM + NSP twins reach "
+            f"{nsp['mean']:.3f} ± {nsp['std']:.3f} on 64-token held-out pairs (the goal of "
+            f"{NSP_GOAL} {goal}), {_pm(rule)} above the word-overlap rule ({verdict(rule)}), and at {runs[0]['pair_limits']['length']} "
+            f"tokens get only {same_topic[0]:.3f} of the NotNext pairs right whose B is another "
+            f"story of A's topic; beside MLM "
+            f"alone, their pooled [CLS] probe is {verdict(probe)} ({_pm(probe)}), fine-tuning with "
+            f"8 labels per topic {verdict(few)} ({_pm(few)}) and [MASK] accuracy {verdict(mask)} "
+            f"({_pm(mask)}).")

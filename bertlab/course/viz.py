@@ -434,7 +434,7 @@ def plot_ablation_vs_paper(rows, group: str, metrics, paper: dict, paper_metrics
 
     `rows` are `bertlab.course.ablations.summarize_records` rows; our bars are mean differences in
     points with error bars of z standard errors of the difference (seed noise), so a bar whose
-    error bar crosses zero is within noise. `paper` maps variant name -> {metric: value}.
+    error bar crosses zero is within the noise. `paper` maps variant name -> {metric: value}.
 
     Taught in notebooks/07_ablations_and_insights.ipynb
     """

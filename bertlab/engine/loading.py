@@ -2,17 +2,20 @@
 
 `load_model` is the one way the CLI, fine-tuning and the notebooks get a trained model and its
 tokenizer back; it sits above both formats (`bertlab.engine.checkpoint`, `bertlab.hf`), so neither
-needs the other.
+needs the other. `pretrained_length` says how many tokens a saved model was pretrained at, the
+length fine-tuning reads by default.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bertlab.engine.checkpoint import latest_checkpoint, load_run
+from bertlab.engine.checkpoint import latest_checkpoint, load_run, read_run_json
 from bertlab.engine.files import describe_kind, folder_kind
+from bertlab.errors import BadInput
 from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
 from bertlab.model import BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import check_tokenizer_fits
@@ -76,3 +79,42 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
     if tok is not None:
         check_tokenizer_fits(tok, model.config.vocab_size, str(path))
     return model, tok
+
+
+# What to do about a record of the pretraining length that cannot be read.
+_LENGTH_FIX = ("the length the model was pretrained at is read there; restore the file, or pass "
+               "--max-seq-len to choose the length yourself")
+
+
+def pretrained_length(path: str | Path) -> tuple[int, Path] | None:
+    """Return (length, record): the sequence length the model folder `path` was pretrained at
+    and the file that says so; None when nothing there records it.
+
+    A run folder's run.json has it ("max_seq_len", written by `pretrain`; null for a run on
+    ready-made examples); a Hugging Face folder made from the course (models/<name>) has it in
+    MANIFEST.json's recipe. Positions past it never had a gradient in pretraining, so their
+    embeddings never learned, which is why fine-tuning reads this many tokens by default.
+    A record that is not valid JSON, or whose length is not a whole number of at least 3
+    tokens, raises a `BadInput` naming the file.
+    """
+    path = Path(path)
+    record, length = path / "run.json", read_run_json(path, _LENGTH_FIX).get("max_seq_len")
+    if length is None and (path / "MANIFEST.json").is_file():
+        record = path / "MANIFEST.json"
+        length = _manifest_recipe(record).get("max_seq_len")
+    if length is None:
+        return None
+    if isinstance(length, bool) or not isinstance(length, int) or length < 3:
+        raise BadInput(str(record), f"its max_seq_len is {length!r}, not a whole number of at "
+                       f"least 3 tokens", _LENGTH_FIX)
+    return length, record
+
+
+def _manifest_recipe(manifest: Path) -> dict:
+    """Return the "recipe" object of a shipped model's MANIFEST.json ({} when it has none)."""
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(str(manifest), f"is not valid JSON ({e})", _LENGTH_FIX) from None
+    recipe = data.get("recipe") if isinstance(data, dict) else None
+    return recipe if isinstance(recipe, dict) else {}
