@@ -19,13 +19,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def repo_relative(path: Path) -> str:
+    """A path as a record shows it: relative to the repository when inside it, so records do not
+    carry the machine's checkout location."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
 def _setting(value: Any) -> Any:
-    """A setting as JSON; paths inside the repository relative to it, so records do not carry
-    the machine's checkout location."""
-    if isinstance(value, Path):
-        path = value.resolve()
-        return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(value)
-    return value
+    """A setting as JSON, a path as `repo_relative` shows it."""
+    return repo_relative(value) if isinstance(value, Path) else value
 
 
 def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: Path,

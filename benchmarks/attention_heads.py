@@ -38,7 +38,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from _record import REPO, write_record  # benchmarks/ is on sys.path when run as a script
+from _record import (  # benchmarks/ is on sys.path when run as a script
+    REPO,
+    repo_relative,
+    write_record,
+)
 
 from bertlab.corpus import split_documents
 from bertlab.engine.loading import load_model
@@ -46,7 +50,7 @@ from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import Recipe
 from bertlab.errors import BadInput, run_reporting
 from bertlab.model import BertForPreTraining
-from bertlab.pairs import pair_builder, pairs_of
+from bertlab.pairs import pad_examples, pair_builder, pairs_of
 from bertlab.tokenizer import SpecialIds, Tokenizer, special_ids
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -151,17 +155,8 @@ def held_out_samples(folder: Path, tok: Tokenizer, args: argparse.Namespace,
                        f"{len(examples)} at {max_seq_len} tokens", "ask for fewer")
     chosen = random.Random(args.seed).sample(range(len(examples)), wanted)
     pad = special_ids(tok).pad
-    batches = []
-    for s in range(args.samples):
-        rows = [examples[i] for i in chosen[s * args.per_sample:(s + 1) * args.per_sample]]
-        T = max(len(e.input_ids) for e in rows)
-        batch = {"input_ids": torch.full((len(rows), T), pad),
-                 "token_type_ids": torch.zeros(len(rows), T, dtype=torch.long)}
-        for r, e in enumerate(rows):
-            batch["input_ids"][r, :len(e.input_ids)] = torch.as_tensor(list(e.input_ids))
-            batch["token_type_ids"][r, :len(e.input_ids)] = torch.tensor(e.token_type_ids)
-        batch["attention_mask"] = (batch["input_ids"] != pad).long()
-        batches.append(batch)
+    batches = [pad_examples([examples[i] for i in chosen[s * args.per_sample:(s + 1) * args.per_sample]],
+                            pad) for s in range(args.samples)]
     about = {"objectives": list(recipe.objectives), "pairs": pairs, "max_seq_len": max_seq_len,
              "steps": manifest.get("steps"), "examples_available": len(examples)}
     return batches, about
@@ -217,18 +212,12 @@ def measure_model(folder: Path, args: argparse.Namespace, validation: Sequence) 
     continuation = continuation_table(tok)
     trained_shares = model_shares(model.eval(), batches, continuation, special)
     untrained_shares = model_shares(untrained, batches, continuation, special)
-    return {"folder": _shown(folder), **about, "layers": model.config.num_layers,
+    return {"folder": repo_relative(folder), **about, "layers": model.config.num_layers,
             "heads": model.config.num_heads,
             "sequences": sum(len(b["input_ids"]) for b in batches),
             "real_tokens": sum(int(b["attention_mask"].sum()) for b in batches),
             "best": best_heads(trained_shares, untrained_shares),
             "trained": trained_shares, "untrained": untrained_shares}
-
-
-def _shown(path: Path) -> str:
-    """A path as the record shows it: relative to the repository when inside it."""
-    resolved = path.resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
 
 def print_best(name: str, record: dict) -> None:
@@ -267,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         models[folder.name] = measure_model(folder, args, validation)
         print_best(folder.name, models[folder.name])
     # The record names the model folders as the command line would (relative to the repository).
-    shown = argparse.Namespace(**{**vars(args), "models": [_shown(p) for p in args.models]})
+    shown = argparse.Namespace(**{**vars(args), "models": [repo_relative(p) for p in args.models]})
     write_record("attention_heads.py", shown, argv, args.out, behaviours=BEHAVIOURS,
                  validation_documents=len(validation), models=models,
                  seconds=round(time.perf_counter() - start, 1))

@@ -63,6 +63,7 @@ from bertlab.pairs import (
     Example,
     PairBuilder,
     TokenizedCorpus,
+    pad_examples,
     tokenize_corpus,
 )
 from bertlab.tokenizer import special_ids
@@ -166,13 +167,10 @@ def build_pair(corpus: TokenizedCorpus, builder: PairBuilder, k: int, a_doc: int
     b_start = a_start + k if b_doc == a_doc else rng.randint(0, len(sents[b_doc]) - 2 * k) + k
     tokens_a = [t for s in sents[a_doc][a_start:a_start + k] for t in s]
     tokens_b = [t for s in sents[b_doc][b_start:b_start + k] for t in s]
-    a_cut, b_cut = builder._truncate(len(tokens_a), len(tokens_b))
-    tokens_a = tokens_a[a_cut[0]:len(tokens_a) - a_cut[1]]
-    tokens_b = tokens_b[b_cut[0]:len(tokens_b) - b_cut[1]]
-    return Example(input_ids=[builder.cls, *tokens_a, builder.sep, *tokens_b, builder.sep],
-                   a_len=len(tokens_a), next_sentence_label=IS_NEXT if b_doc == a_doc else NOT_NEXT,
-                   doc_index=a_doc, doc_id=corpus.doc_ids[a_doc], a_sentences=(a_start, a_start + k),
-                   b_doc_index=b_doc, b_sentences=(b_start, b_start + k), a_cut=a_cut, b_cut=b_cut)
+    return builder.pair(tokens_a, tokens_b, IS_NEXT if b_doc == a_doc else NOT_NEXT,
+                        doc_index=a_doc, doc_id=corpus.doc_ids[a_doc],
+                        a_sentences=(a_start, a_start + k), b_doc_index=b_doc,
+                        b_sentences=(b_start, b_start + k))
 
 
 def draw_pairs(corpus: TokenizedCorpus, topics: Sequence[str], tok: Tokenizer, *, k: int,
@@ -210,14 +208,8 @@ def p_is_next(model: torch.nn.Module, examples: Sequence[Example], pad: int,
     model.eval()
     found: list[float] = []
     for i in range(0, len(examples), batch_size):
-        chunk = examples[i:i + batch_size]
-        width = max(len(e.input_ids) for e in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        segments = torch.zeros_like(ids)
-        for row, e in enumerate(chunk):
-            ids[row, :len(e.input_ids)] = torch.tensor([int(t) for t in e.input_ids])
-            segments[row, :len(e.input_ids)] = torch.tensor(e.token_type_ids)
-        encoded = model.bert(ids, (ids != pad).long(), segments)
+        batch = pad_examples(examples[i:i + batch_size], pad)
+        encoded = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         found += model.nsp(encoded.pooler_output).softmax(-1)[:, IS_NEXT].tolist()
     return found
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
+import torch
 from tokenizers import Tokenizer
 
 from bertlab.corpus import Document
@@ -137,6 +139,19 @@ class TokenizedCorpus:
 
     def __len__(self) -> int:
         return len(self.doc_ids)
+
+
+def pad_examples(examples: Sequence[Example], pad: int) -> dict[str, torch.Tensor]:
+    """Return unmasked `examples` as one batch padded to the longest: input_ids, token_type_ids
+    and attention_mask (1 = real token), each (B, T). For reading pairs as they are (a head's
+    verdict, attention maps); training batches come from the masking collator instead."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad, dtype=torch.long)
+    segments = torch.zeros_like(ids)
+    for row, e in enumerate(examples):
+        ids[row, :len(e.input_ids)] = torch.as_tensor([int(t) for t in e.input_ids])
+        segments[row, :len(e.input_ids)] = torch.as_tensor(e.token_type_ids)
+    return {"input_ids": ids, "token_type_ids": segments, "attention_mask": (ids != pad).long()}
 
 
 def tokenize_corpus(
@@ -315,15 +330,22 @@ class PairBuilder:
                 b_doc, b_start, b_end = doc_index, a_end, end
                 next_start = end
 
-            a_cut, b_cut = self._truncate(len(tokens_a), len(tokens_b))
-            tokens_a = tokens_a[a_cut[0] : len(tokens_a) - a_cut[1]]
-            tokens_b = tokens_b[b_cut[0] : len(tokens_b) - b_cut[1]]
-            yield Example(
-                input_ids=[self.cls, *tokens_a, self.sep, *tokens_b, self.sep],
-                a_len=len(tokens_a), next_sentence_label=NOT_NEXT if is_random_next else IS_NEXT,
-                doc_index=doc_index, doc_id=doc_id, draw=draw, a_sentences=(start, a_end),
-                b_doc_index=b_doc, b_sentences=(b_start, b_end), a_cut=a_cut, b_cut=b_cut)
+            yield self.pair(tokens_a, tokens_b, NOT_NEXT if is_random_next else IS_NEXT,
+                            doc_index=doc_index, doc_id=doc_id, draw=draw,
+                            a_sentences=(start, a_end), b_doc_index=b_doc,
+                            b_sentences=(b_start, b_end))
             start = next_start
+
+    def pair(self, tokens_a: list[int], tokens_b: list[int], label: int, **where: Any) -> Example:
+        """Return `[CLS] A [SEP] B [SEP]` with `label`, A and B cut to the builder's length
+        (`_truncate`); `where` names the pair's place (doc_index, doc_id, draw, a_sentences,
+        b_doc_index, b_sentences), kept on the Example."""
+        a_cut, b_cut = self._truncate(len(tokens_a), len(tokens_b))
+        tokens_a = tokens_a[a_cut[0] : len(tokens_a) - a_cut[1]]
+        tokens_b = tokens_b[b_cut[0] : len(tokens_b) - b_cut[1]]
+        return Example(input_ids=[self.cls, *tokens_a, self.sep, *tokens_b, self.sep],
+                       a_len=len(tokens_a), next_sentence_label=label, a_cut=a_cut, b_cut=b_cut,
+                       **where)
 
     def _truncate(self, len_a: int, len_b: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """Return ((A front, A back), (B front, B back)) cuts that bring len_a + len_b to max_tokens.
