@@ -1010,13 +1010,14 @@ def test_what_a_killed_writer_left_is_swept_on_the_next_write(world, tmp_path):
     assert main(["export-hf", world["run"], str(target)]) == 0
     assert not stale.exists() and live.exists() and other.exists()
     # Killed between its two renames: the target is missing and its previous copy set aside.
-    # The next write moves that copy back first, so no complete export is ever deleted.
+    # The next write moves that copy back first, so no complete export is ever deleted, and
+    # then writes nothing: whether to replace it was decided while it was missing.
     aside = tmp_path / f".hf.{host}-{dead}.0f0f0f0f.old"
     os.replace(target, aside)
     seen = []
-    atomic_write_folder(target, lambda f: seen.append(sorted(p.name for p in f.parent.iterdir()
-                                                             if p.name == "hf")))
-    assert seen == [["hf"]] and not aside.exists()  # restored before the new copy replaced it
+    with pytest.raises(ValueError, match="previous content is back in place"):
+        atomic_write_folder(target, seen.append)
+    assert seen == [] and not aside.exists() and (target / "config.json").is_file()
 
 
 def test_the_encoding_errors_flag_reads_what_the_message_says(world, tmp_path, capsys):

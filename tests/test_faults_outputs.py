@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ from faultlib import TINY, assert_one_clear_error, assert_unchanged, corpus_fold
 
 from bertlab.cli import main
 from bertlab.engine.checkpoint import latest_checkpoint
-from bertlab.engine.files import atomic_write_json
+from bertlab.engine.files import atomic_write_json, sweep_dead_writers
 from bertlab.engine.readers import load_corpus
 from bertlab.hf import load_hf
 
@@ -241,3 +242,153 @@ def test_a_kill_during_finetune_keeps_the_old_results_and_the_rerun_works(world,
     written = json.loads(results.read_text(encoding="utf-8"))
     assert [r["method"] for r in written["results"]] == ["fine-tuned"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Links and devices are never replaced (round 5)
+
+
+def test_json_through_a_link_writes_the_file_it_leads_to_and_keeps_the_link(world, tmp_path,
+                                                                           capsys):
+    target = tmp_path / "kept" / "results.json"
+    target.parent.mkdir()
+    target.write_text('{"old": true}', encoding="utf-8")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    assert main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--json",
+                 str(link)]) == 0, capsys.readouterr().err
+    assert link.is_symlink() and link.readlink() == target
+    written = json.loads(target.read_text(encoding="utf-8"))
+    assert [r["method"] for r in written["results"]] == ["TF-IDF + logistic regression"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["results.json"]  # no temp left
+
+
+def test_an_atomic_write_through_a_link_replaces_the_target_in_its_own_folder(tmp_path):
+    target = tmp_path / "elsewhere" / "notes.json"
+    target.parent.mkdir()
+    target.write_text("[]", encoding="utf-8")
+    link = tmp_path / "notes.json"
+    link.symlink_to(target)
+    atomic_write_json(link, {"a": 1})
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+
+
+def test_json_to_dev_null_is_refused_before_the_work_and_the_device_stays(world, capsys):
+    kind = os.stat("/dev/null").st_mode
+    code = main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--json",
+                 "/dev/null"])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert_one_clear_error(captured.err, ["--json /dev/null", "a character device",
+                                          "regular file"])
+    assert "test split" not in captured.out  # refused before any work
+    assert os.stat("/dev/null").st_mode == kind  # still the device it was
+
+
+def test_json_to_dev_stdout_on_a_pipe_is_refused_and_the_pipe_stays(world):
+    done = subprocess.run([sys.executable, "-m", "bertlab", "finetune", world["run"], "--task",
+                           world["rows"], *QUICK.split(), "--json", "/dev/stdout"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert_one_clear_error(done.stderr, ["--json /dev/stdout", "FIFO (named pipe)",
+                                         "through a link", "regular file"])
+    assert "test split" not in done.stdout
+
+
+def test_json_to_a_fifo_is_refused_and_the_fifo_stays(world, capsys, tmp_path):
+    fifo = tmp_path / "results.fifo"
+    os.mkfifo(fifo)
+    code = main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--json",
+                 str(fifo)])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert_one_clear_error(captured.err, [f"--json {fifo}", "FIFO", "regular file"])
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["results.fifo"]
+
+
+def test_the_atomic_writer_never_replaces_a_device(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="pipe.*FIFO.*regular file"):
+        atomic_write_json(fifo, {"a": 1})
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]
+
+
+# ---------------------------------------------------------------------------------------------
+# export-hf killed between its two renames: the next export never deletes your files
+
+# The real CLI, killed (SIGKILL, by itself) right after it moved the old export aside and before
+# it moved the new one into place: the one moment the export folder is missing.
+_KILLED_BETWEEN_RENAMES = """
+import os, signal, sys
+import bertlab.engine.files as files
+real = files.os.replace
+def replace(src, dst):
+    real(src, dst)
+    if str(dst).endswith(".old"):
+        os.kill(os.getpid(), signal.SIGKILL)
+files.os.replace = replace
+from bertlab.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def killed_export(world, tmp_path) -> Path:
+    """Return an export folder holding your notes.txt and README.md, after an `export-hf
+    --overwrite` into it was killed between its two renames (the folder is missing then)."""
+    out = tmp_path / "my-model"
+    assert main(["export-hf", world["run"], str(out)]) == 0
+    (out / "notes.txt").write_text("what I tried\n", encoding="utf-8")
+    (out / "README.md").write_text("# My model\n\nmy own words\n", encoding="utf-8")
+    killed = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_RENAMES, "export-hf",
+                             world["run"], str(out), "--overwrite"], capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not out.exists()  # killed at the one moment it is missing
+    return out
+
+
+def test_after_a_kill_between_renames_a_plain_export_restores_and_refuses(world, killed_export,
+                                                                         capsys):
+    out = killed_export
+    code = main(["export-hf", world["run"], str(out)])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert_one_clear_error(captured.err, [str(out), "already holds a Hugging Face export",
+                                          "--overwrite"])
+    assert (out / "notes.txt").read_text() == "what I tried\n"
+    assert (out / "README.md").read_text() == "# My model\n\nmy own words\n"
+    assert load_hf(out).config.vocab_size == 300
+    assert sorted(p.name for p in out.parent.iterdir()) == ["my-model"]  # nothing hidden left
+
+
+def test_after_a_kill_between_renames_an_overwrite_keeps_your_files(world, killed_export,
+                                                                    capsys):
+    out = killed_export
+    assert main(["export-hf", world["run"], str(out), "--overwrite"]) == 0, \
+        capsys.readouterr().err
+    assert (out / "notes.txt").read_text() == "what I tried\n"
+    assert (out / "README.md").read_text() == "# My model\n\nmy own words\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["my-model"]
+
+
+def test_a_set_aside_folder_is_kept_visible_when_its_place_was_taken_since(killed_export):
+    out = killed_export
+    out.mkdir()  # somebody made the folder again before the next export
+    (out / "draft.txt").write_text("new\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="kept as .*my-model.recovered"):
+        sweep_dead_writers(out)
+    kept = out.parent / "my-model.recovered"
+    assert (kept / "notes.txt").read_text() == "what I tried\n"
+    assert (kept / "config.json").is_file() and (out / "draft.txt").is_file()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["my-model", "my-model.recovered"]
+
+
+def test_a_library_write_that_finds_its_folder_restored_writes_nothing(killed_export):
+    from bertlab.engine.files import atomic_write_folder
+
+    out = killed_export
+    with pytest.raises(ValueError, match="previous content is back in place"):
+        atomic_write_folder(out, lambda folder: (folder / "x").write_text("x"))
+    assert (out / "notes.txt").is_file() and not (out / "x").exists()

@@ -31,6 +31,8 @@ from bertlab.engine.files import (
     describe_kind,
     folder_kind,
     keep_entry,
+    sweep_dead_writers,
+    through_link,
 )
 from bertlab.engine.loading import check_model_folder
 from bertlab.engine.outputs import check_output
@@ -268,6 +270,7 @@ def save_hf(
     Taught in notebooks/04_encoder.ipynb
     """
     out_dir = Path(out_dir)
+    sweep_dead_writers(through_link(out_dir))  # a killed export's set-aside copy back first
     kind = folder_kind(out_dir)
     if kind == "other" and holds_only_users_readme(out_dir):
         kind = "readme"  # a folder made for the export, with its README written first

@@ -28,15 +28,17 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertlab.errors import is_short_write
+from bertlab.errors import BadInput, is_short_write
 
 if TYPE_CHECKING:  # only the type hint: this module stays free of the tokenizers library
     from tokenizers import Tokenizer
@@ -98,8 +100,17 @@ def _disk_full_error(path: Path, what: str) -> OSError:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Return `path` after replacing its content with `data` in one step (temp file + rename).
 
-    A full disk raises an OSError (ENOSPC) that names `path`; the old content stays."""
-    path = Path(path)
+    A full disk raises an OSError (ENOSPC) that names `path`; the old content stays. A
+    symbolic link at `path` stays a link: the file it leads to is replaced, in that file's own
+    folder. A device, FIFO or socket there is never replaced: a `BadInput` names it."""
+    given = Path(path)
+    path = through_link(given)
+    special = special_kind(path)
+    if special is not None:
+        shown = str(given) if path == given else f"{given} (a link to {path})"
+        raise BadInput(shown, f"is {special}, not a file, and writing a file there would "
+                              f"replace it", "pass the path of a regular file (nothing was "
+                                             "written)")
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{staging_stem(path.name)}.",
                                    suffix=".tmp")
@@ -119,6 +130,20 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         raise
     fsync_path(path.parent)
     return path
+
+
+def special_kind(path: str | Path) -> str | None:
+    """Return what `path` is when it is neither a file nor a folder ("a character device", "a
+    block device", "a FIFO (named pipe)", "a socket"), else None (also when it is missing)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
 
 
 def _named(exc: OSError, path: Path) -> OSError:
@@ -163,7 +188,10 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     folders that killed writers left in the same parent: only for a parent bertlab owns (a run's
     checkpoints/), never for a folder of the user's. Whatever the parent, the staging and
     set-aside folders of `path` itself whose writer (a process of this machine, named in the
-    folder's name) is dead are deleted first: a killed export leaves nothing behind for long.
+    folder's name) is dead are cleared first (`sweep_dead_writers`): a killed export leaves
+    nothing behind for long. If that puts a missing `path` back, nothing is written and a
+    ValueError says so: the caller's decision was made without it (`check_output` sweeps before
+    it looks, so a command decides with the folder in place).
     `fill_empty=True` keeps an existing `path` that holds nothing (or only a lock,
     `folder_kind` "empty"): the content moves into it, the entries named in `last` at the end,
     so the folder never looks complete too early. A full disk raises an OSError (ENOSPC) that
@@ -171,6 +199,12 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     """
     path = through_link(Path(path))
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(path) and sweep_dead_writers(path) and os.path.lexists(path):
+        # The caller looked at `path` while it was missing; it is a folder again now, and
+        # whether to replace it was never decided. Its check sweeps first (check_output).
+        raise ValueError(f"'{path}' was missing because a writer was killed while replacing "
+                         f"it; its previous content is back in place now, and nothing was "
+                         f"written: rerun the same command to decide with it there")
     sweep_dead_writers(path)
     # mkdir, not mkdtemp: the folder gets the usual permissions (mkdtemp's are owner-only).
     staging = (path.parent /
@@ -249,10 +283,15 @@ def _pid_alive(pid: int) -> bool:
 
 def sweep_dead_writers(path: str | Path) -> list[Path]:
     """Return the staging and set-aside folders of `path` that a dead writer of this machine
-    left (`atomic_write_folder`'s `.{name}.{owner}.*`), after deleting them.
+    left (`atomic_write_folder`'s `.{name}.{owner}.*`), after clearing them away.
 
-    A set-aside folder (`.old`) is the previous complete `path`: a writer killed between its two
-    renames leaves `path` missing, and then the set-aside copy is moved back, not deleted."""
+    A set-aside folder (`.old`) is the previous complete `path`, the user's own files in it
+    included: a writer killed between its two renames leaves `path` missing, and then the
+    set-aside copy is moved back. When `path` is there (the writer was killed after its second
+    rename, so the new `path` carries copies of everything), the copy is deleted only if `path`
+    holds each of its entries; otherwise it is kept beside `path` under a visible name
+    (`{name}.recovered`, `{name}.recovered-2`, ...) with a warning, never deleted. A staging
+    folder holds only what the writer itself wrote (copies), and is deleted."""
     path = Path(path)
     host, _ = _owner().split("-")
     swept = []
@@ -264,12 +303,31 @@ def sweep_dead_writers(path: str | Path) -> list[Path]:
         pid = entry.name[len(stem) + 2 + len(host) + 1:].split(".", 1)[0]
         if not (entry.is_dir() and pid.isdigit()) or _pid_alive(int(pid)):
             continue
-        if entry.name.endswith(".old") and not path.exists():
-            os.replace(entry, path)
+        if entry.name.endswith(".old"):
+            _restore_set_aside(entry, path)
         else:
             shutil.rmtree(entry, ignore_errors=True)
         swept.append(entry)
     return swept
+
+
+def _restore_set_aside(aside: Path, path: Path) -> None:
+    """Put a dead writer's set-aside copy of `path` back, or delete it where `path` carries all
+    of it, or keep it visible beside `path` (sweep_dead_writers' rule for `.old` folders)."""
+    if not os.path.lexists(path):
+        os.replace(aside, path)
+        return
+    if path.is_dir() and all(os.path.lexists(path / e.name) for e in aside.iterdir()):
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    keep, n = path.with_name(f"{path.name}.recovered"), 1
+    while os.path.lexists(keep):
+        n += 1
+        keep = path.with_name(f"{path.name}.recovered-{n}")
+    os.replace(aside, keep)
+    warnings.warn(f"a writer of {path} was killed while replacing it, and {path} was made "
+                  f"again since; the folder it replaced is kept as {keep} (nothing in it was "
+                  f"deleted): look through it, then delete it", stacklevel=3)
 
 
 def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_empty: bool,

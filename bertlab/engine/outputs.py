@@ -15,7 +15,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bertlab.engine.files import STAGING_SUFFIX, check_output_folder, describe_kind, folder_kind
+from bertlab.engine.files import (
+    STAGING_SUFFIX,
+    check_output_folder,
+    describe_kind,
+    folder_kind,
+    special_kind,
+    sweep_dead_writers,
+    through_link,
+)
 from bertlab.errors import BadInput
 
 # The artefacts whose files belong to bertlab, and what a message calls each folder.
@@ -42,6 +50,8 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
         raise BadInput(flag, "is empty", f"pass a {'folder' if folder else 'file'} path")
     path = Path(path)
     _check_name_lengths(path, shown)
+    if folder:  # what a killed writer set aside is put back first, so the check sees it
+        sweep_dead_writers(through_link(path))
     _check_not_an_input(path, shown, inputs)
     _check_outside_artefacts(path, shown)
     if folder and accept is not None:
@@ -114,6 +124,12 @@ def _check_outside_artefacts(path: Path, shown: str) -> None:
 def _check_file_target(path: Path, shown: str) -> None:
     if path.is_dir():
         raise BadInput(shown, "is a folder", "pass a file path")
+    special = special_kind(path)
+    if special is not None:
+        leads = os.path.realpath(path)
+        link = f" (through a link to {leads})" if leads != os.path.abspath(path) else ""
+        raise BadInput(shown, f"is {special}{link}, not a file, and writing the results there "
+                              f"would replace it", f"pass the path of a regular file {_NOTHING}")
     parent = path.parent
     if not parent.is_dir():
         problem = (f"{parent} is a file, not a folder" if parent.exists() else
