@@ -98,6 +98,9 @@ class TrainConfig:
     optimizer: str = _setting("adamw", "adamw, or muon: Muon on the encoder layers' matrices, "
                                         "AdamW on the rest (bertlab.train)")
     muon_lr: float = _setting(0.02, "Muon's peak learning rate (optimizer=muon)")
+    newton_schulz: str = _setting("auto", "dtype of Muon's Newton-Schulz iterations: auto (bf16 "
+                                          "where bf16 matmuls are native: GPUs, CPUs with AMX "
+                                          "or AVX-512 BF16; fp32 elsewhere), bf16 or fp32")
     grad_clip: float | None = _setting(1.0, "max global gradient norm (None: no clipping)")
     eval_interval: int | None = _setting(100, "steps between evaluations (also at step 0 and the "
                                                "end; None: only there)")
@@ -148,7 +151,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.betas (--betas) must be two numbers in [0, 1), got "
                              f"{self.betas!r}")
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "muon"),
-                   "precision": ("auto", "fp32", "bf16", "fp16")}
+                   "precision": ("auto", "fp32", "bf16", "fp16"),
+                   "newton_schulz": ("auto", "bf16", "fp32")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} ({flag_of(name)}) "

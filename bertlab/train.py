@@ -31,7 +31,7 @@ from torch import nn
 
 from bertlab.config import TrainConfig, lr_at, rank_world
 from bertlab.data import Batch, RunData
-from bertlab.engine.device import wrap_model
+from bertlab.engine.device import resolve_newton_schulz, wrap_model
 from bertlab.engine.hooks import RunHooks, TrainResult
 
 __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at', 'train_loop', 'train_step']
@@ -54,6 +54,76 @@ __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at'
 # exact resume handle it as they handle AdamW.
 
 
+# Muon's step, in bertlab's own code so that its Newton-Schulz iterations run in a dtype of our
+# choosing: `torch.optim.Muon` always casts to bf16, which is fast where bf16 matmuls are native
+# (GPUs, CPUs with AMX or AVX-512 BF16) and 4-5x slower for the whole step on a CPU without them.
+# In bf16 it computes what torch's does, bit for bit (tests/test_optim.py holds them equal).
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def newton_schulz(update: torch.Tensor, steps: int, coefficients: tuple[float, float, float],
+                  eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """Return the orthogonalized `update` (about U V^T of its SVD U S V^T), in `dtype`.
+
+    A quintic Newton-Schulz iteration X <- a X + (b A + c A^2) X with A = X X^T, after scaling X
+    to a norm of at most 1; the coefficients push every singular value towards 1 in few steps
+    (Jordan et al. 2024). A tall matrix is iterated as its transpose, so A is the smaller Gram.
+    """
+    a, b, c = coefficients
+    x = update.to(dtype, copy=True)  # a copy: the caller's momentum stays as it was
+    tall = update.size(0) > update.size(1)
+    if tall:
+        x = x.T  # (rows, cols) -> (cols, rows)
+    x.div_(x.norm().clamp(min=eps))
+    for _ in range(steps):
+        gram = x @ x.T  # (r, r), r the smaller side
+        poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A^2
+        x = torch.addmm(x, poly, x, beta=a)  # a X + (b A + c A^2) X
+    return x.T if tall else x
+
+
+class Muon(torch.optim.Muon):
+    """`torch.optim.Muon`, with its Newton-Schulz iterations in `newton_schulz` ("bf16", as
+    torch's own, or "fp32"); the same options, parameter groups and state dict.
+
+    `bertlab.engine.device.resolve_newton_schulz` picks the dtype a run uses: bf16 where bf16
+    matmuls are native, fp32 elsewhere.
+    """
+
+    def __init__(self, params: Iterable, newton_schulz: str = "bf16", **options: Any) -> None:
+        if newton_schulz not in _DTYPES:
+            raise ValueError(f"Muon(newton_schulz={newton_schulz!r}) is not one of "
+                             f"{', '.join(_DTYPES)}")
+        super().__init__(params, **options)
+        self.newton_schulz = newton_schulz
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        """Step every matrix that has a gradient: momentum, orthogonalize, decay, update."""
+        if closure is not None:
+            raise ValueError("bertlab's Muon takes no closure")
+        for group in self.param_groups:
+            for param in group["params"]:
+                if param.grad is not None:
+                    self._step_one(param, group)
+
+    def _step_one(self, param: torch.Tensor, group: dict[str, Any]) -> None:
+        grad, state = param.grad, self.state[param]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
+        buf, momentum = state["momentum_buffer"], group["momentum"]
+        buf.lerp_(grad, 1 - momentum)
+        update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+        update = newton_schulz(update, group["ns_steps"], group["ns_coefficients"], group["eps"],
+                               _DTYPES[self.newton_schulz])
+        lr, (rows, cols) = group["lr"], param.shape[:2]
+        scale = {None: math.sqrt(max(1, rows / cols)), "original": math.sqrt(max(1, rows / cols)),
+                 "match_rms_adamw": 0.2 * math.sqrt(max(rows, cols))}.get(group["adjust_lr_fn"],
+                                                                          1.0)
+        param.mul_(1 - lr * group["weight_decay"])
+        param.add_(update, alpha=-lr * scale)
+
+
 def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
     """Return whether `param` is a 2-D weight inside an encoder layer (Muon's share)."""
     return param.dim() == 2 and ".layers." in f".{name}"
@@ -62,8 +132,8 @@ def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:
 class MuonAdamW:
     """Muon on the hidden matrices, AdamW on the other parameters, stepped together.
 
-    Not a `torch.optim.Optimizer` itself: it holds a `torch.optim.Muon` and a
-    `torch.optim.AdamW` (`parts`, in that order) and offers what the loop, checkpoints and
+    Not a `torch.optim.Optimizer` itself: it holds a `Muon` (torch's, with the Newton-Schulz
+    dtype `muon_options["newton_schulz"]`) and a `torch.optim.AdamW` (`parts`, in that order) and offers what the loop, checkpoints and
     `torch.amp.GradScaler` use of an optimizer: `param_groups`, `step`, `zero_grad`,
     `state_dict` and `load_state_dict`. `muon_groups` and `adamw_groups` are parameter groups
     (lists of dicts) for each part; `muon_options` and `adamw_options` their constructor
@@ -74,7 +144,7 @@ class MuonAdamW:
 
     def __init__(self, muon_groups: Iterable[dict], adamw_groups: Iterable[dict], *,
                  muon_options: dict[str, Any], adamw_options: dict[str, Any]) -> None:
-        self.muon = torch.optim.Muon(list(muon_groups), **muon_options)
+        self.muon = Muon(list(muon_groups), **muon_options)
         self.adamw = torch.optim.AdamW(list(adamw_groups), **adamw_options)
         self.parts = (self.muon, self.adamw)
         self._share_groups()
@@ -207,7 +277,9 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
     """Return the optimizer `config.optimizer` names, with weight decay on matrices only.
 
     "adamw": AdamW on everything. "muon": `bertlab.train.MuonAdamW`, Muon (peak `muon_lr`, no
-    weight decay) on the encoder layers' matrices and AdamW on the rest. Every parameter with
+    weight decay, Newton-Schulz in the dtype `config.newton_schulz` resolves to on `device`:
+    bf16 where bf16 matmuls are native, fp32 elsewhere) on the encoder layers' matrices and
+    AdamW on the rest. Every parameter with
     fewer than 2 dimensions (biases, LayerNorm gains and shifts, the MLM output bias) is left
     undecayed, as in Google's BERT. On CUDA AdamW uses the fused kernel. Each group's
     "lr_scale" is its peak over `config.lr`: the loop multiplies the scheduled lr by it.
@@ -225,7 +297,9 @@ def build_optimizer(model: nn.Module, config: TrainConfig,
     if config.optimizer == "adamw":
         return torch.optim.AdamW(groups, **adamw)
     muon = [{"params": hidden, "weight_decay": 0.0, "lr_scale": config.muon_lr / config.lr}]
-    return MuonAdamW(muon, groups, muon_options=dict(lr=config.muon_lr), adamw_options=adamw)
+    dtype = resolve_newton_schulz(config.newton_schulz, device)
+    return MuonAdamW(muon, groups, muon_options=dict(lr=config.muon_lr, newton_schulz=dtype),
+                     adamw_options=adamw)
 
 
 def step_totals(micro_batches: list[Batch], counts, device: torch.device) -> dict[str, float]:

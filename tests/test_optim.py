@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 from bertlab.engine.checkpoint import load_checkpoint, save_checkpoint
+from bertlab.engine.device import cpu_has_native_bf16, resolve_newton_schulz
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.train import MuonAdamW, TrainConfig, build_optimizer
+from bertlab.train import Muon, MuonAdamW, TrainConfig, build_optimizer, newton_schulz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -127,3 +128,107 @@ def test_state_dict_keeps_the_flat_layout_earlier_checkpoints_hold():
     step_on(model, optimizer, grads_for(model, 2))
     step_on(again, restored, grads_for(again, 2))
     assert same(model.parameters(), again.parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# Newton-Schulz in the dtype that is fast on the device (bertlab.train.Muon)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(nesterov=False, weight_decay=0.1),
+                                     dict(adjust_lr_fn="match_rms_adamw", momentum=0.9)],
+                         ids=["defaults", "plain-momentum-decay", "match-rms"])
+def test_bertlabs_muon_in_bf16_is_torchs_bit_for_bit(options):
+    # Wide, tall and square matrices: torch's Muon iterates a tall one as its transpose.
+    shapes = [(32, 64), (64, 32), (32, 32)]
+    start = [torch.randn(s, generator=torch.Generator().manual_seed(i)) for i, s in
+             enumerate(shapes)]
+    ours = [nn.Parameter(w.clone()) for w in start]
+    torchs = [nn.Parameter(w.clone()) for w in start]
+    mine = Muon(ours, newton_schulz="bf16", lr=0.02, **options)
+    theirs = torch.optim.Muon(torchs, lr=0.02, **options)
+    for seed in range(4):
+        gen = torch.Generator().manual_seed(100 + seed)
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for params, optimizer in ((ours, mine), (torchs, theirs)):
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+    assert same(ours, torchs)
+    assert mine.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
+    assert all(torch.equal(mine.state[a]["momentum_buffer"], theirs.state[b]["momentum_buffer"])
+               for a, b in zip(ours, torchs, strict=True))
+
+
+def test_fp32_newton_schulz_orthogonalizes_and_leaves_the_momentum_alone():
+    update = torch.randn(48, 16, generator=torch.Generator().manual_seed(0))
+    kept = update.clone()
+    for dtype in (torch.float32, torch.bfloat16):
+        x = newton_schulz(update, 5, (3.4445, -4.7750, 2.0315), 1e-7, dtype)
+        assert x.dtype == dtype and x.shape == update.shape
+        singular = torch.linalg.svdvals(x.float())
+        assert singular.min() > 0.5 and singular.max() < 1.5  # every direction moves about equally
+    assert torch.equal(update, kept)  # the caller's tensor (a momentum buffer) is untouched
+    fp32 = newton_schulz(update, 5, (3.4445, -4.7750, 2.0315), 1e-7, torch.float32)
+    bf16 = newton_schulz(update, 5, (3.4445, -4.7750, 2.0315), 1e-7, torch.bfloat16)
+    assert (fp32 - bf16.float()).norm() / fp32.norm() < 0.05  # the same step, rounded otherwise
+
+
+def test_a_muon_run_builds_its_newton_schulz_in_the_dtype_it_resolves(monkeypatch):
+    model = tiny()
+    for setting, expected in (("bf16", "bf16"), ("fp32", "fp32")):
+        config = TrainConfig(optimizer="muon", newton_schulz=setting)
+        assert build_optimizer(model, config).muon.newton_schulz == expected
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN may use no bf16 instructions
+    monkeypatch.delenv("BERTLAB_NEWTON_SCHULZ", raising=False)
+    assert build_optimizer(model, CONFIG).muon.newton_schulz == "fp32"
+
+
+def test_auto_is_fp32_on_a_cpu_without_native_bf16_and_bf16_on_a_gpu(monkeypatch):
+    monkeypatch.delenv("BERTLAB_NEWTON_SCHULZ", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not cpu_has_native_bf16()
+    assert resolve_newton_schulz("auto", torch.device("cpu")) == "fp32"
+    assert resolve_newton_schulz("auto", torch.device("cuda")) == "bf16"
+    assert resolve_newton_schulz("bf16", torch.device("cpu")) == "bf16"  # said, not resolved
+    monkeypatch.setenv("BERTLAB_NEWTON_SCHULZ", "bf16")  # how an old trace replays
+    assert resolve_newton_schulz("auto", torch.device("cpu")) == "bf16"
+    assert resolve_newton_schulz("fp32", torch.device("cpu")) == "fp32"
+    monkeypatch.setenv("BERTLAB_NEWTON_SCHULZ", "fp16")
+    with pytest.raises(ValueError, match="BERTLAB_NEWTON_SCHULZ='fp16' is not one of bf16, fp32"):
+        resolve_newton_schulz("auto", torch.device("cpu"))
+
+
+def test_this_cpus_answer_follows_its_own_flags(monkeypatch):
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    flags = set()
+    for line in open("/proc/cpuinfo", encoding="utf-8"):
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            break
+    assert cpu_has_native_bf16() == bool(flags & {"amx_bf16", "avx512_bf16", "bf16"})
+
+
+def test_a_bad_newton_schulz_setting_names_its_flag():
+    with pytest.raises(ValueError, match=r"newton_schulz='fp16' \(--newton-schulz\) is not one"):
+        TrainConfig(newton_schulz="fp16")
+
+
+def test_a_resume_on_a_machine_that_picks_the_other_dtype_goes_on_and_says_so(tmp_path, capsys):
+    from faultlib import SMALL, corpus_folder
+
+    from bertlab.cli import main
+
+    corpus, run = corpus_folder(tmp_path / "corpus", 12), tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--out", str(run), *SMALL, "--max-steps", "4",
+            "--optimizer", "muon"]
+    assert main([*argv, "--stop-after", "2", "--newton-schulz", "bf16"]) == 0
+    assert main([*argv, "--resume", "--newton-schulz", "fp32"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "newton_schulz bf16 -> fp32" in out
+    record = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    assert record["resumes"][-1]["changed"]["newton_schulz"] == ["bf16", "fp32"]
+    history = json.loads((run / "history.json").read_text(encoding="utf-8"))
+    assert history[-1]["step"] == 4
+    assert any("newton_schulz bf16 -> fp32" in row.get("resumed_with", "") for row in history)

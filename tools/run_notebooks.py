@@ -5,8 +5,8 @@ Usage: python tools/run_notebooks.py notebooks/01_corpus_and_tokenizer.ipynb [..
 Each notebook runs in its own kernel from the current environment, with the notebooks/ folder as
 working directory. It is saved with its widget state (so JupyterLab draws the widgets of a
 freshly opened notebook before anything runs) and without per-cell timing metadata (which
-changes on every run). How long each notebook took, with the load average before and after and
-the number of cores, goes into notebooks/run_times.json: the stored outputs' times are only
+changes on every run). How long each notebook took, with the load average before and after, the
+number of cores, the CPU and whether it has native bf16 matmuls, goes into notebooks/run_times.json: the stored outputs' times are only
 comparable with a machine that was not busy.
 """
 
@@ -22,6 +22,8 @@ import nbformat
 from nbclient import NotebookClient
 
 from bertlab.course.doctor import load_average
+from bertlab.course.traces import machine
+from bertlab.engine.device import cpu_has_native_bf16
 
 RUN_TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "run_times.json"
 
@@ -50,6 +52,7 @@ def record(name: str, seconds: float, load_before: float | None) -> None:
     times = json.loads(RUN_TIMES.read_text()) if RUN_TIMES.exists() else {}
     times[name] = {"seconds": round(seconds, 1), "load_average_before": load_before,
                    "load_average_after": load_average(), "cpus": os.cpu_count(),
+                   "cpu": machine()["cpu"], "native_bf16": cpu_has_native_bf16(),
                    "date": time.strftime("%Y-%m-%d")}
     RUN_TIMES.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
 

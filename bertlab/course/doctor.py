@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 from bertlab.config import cpu_threads
 from bertlab.course.traces import REPO  # the checkout, when bertlab runs from one
 from bertlab.data import pretraining_loader
-from bertlab.engine.device import resolve_device
+from bertlab.engine.device import cpu_has_native_bf16, resolve_device, resolve_newton_schulz
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.recipes import DEMO_STEPS, recipe
 from bertlab.model import BertForPreTraining
@@ -308,6 +308,24 @@ def _steps_per_s(model: BertForPreTraining, loader: DataLoader, threads: int,
     return result.steps / result.elapsed_s
 
 
+def newton_schulz_note(device: torch.device) -> str:
+    """Return what the doctor says of Muon's Newton-Schulz dtype on `device`, and why: a CPU
+    without native bf16 matmuls runs them in fp32, since in bf16 they make the step 4-5x
+    slower there (benchmarks/results/optimizer-speed.json)."""
+    dtype = resolve_newton_schulz("auto", device)
+    if device.type != "cpu":
+        return f"Muon's Newton-Schulz in {dtype} on the GPU"
+    has = "has" if cpu_has_native_bf16() else "has no"
+    return f"Muon's Newton-Schulz in {dtype} (this CPU {has} native bf16 matmuls)"
+
+
+def emulated_bf16_newton_schulz(device: torch.device) -> bool:
+    """Return whether Muon's Newton-Schulz would run in bf16 on a CPU that emulates it (only when
+    BERTLAB_NEWTON_SCHULZ=bf16 says so): the 4-5x slower step the doctor then names."""
+    return (device.type == "cpu" and resolve_newton_schulz("auto", device) == "bf16"
+            and not cpu_has_native_bf16())
+
+
 def check_training_speed(seconds: float = 20.0) -> Check:
     """Return the pretraining speed of the course recipe's tiny model, timed for `seconds`.
 
@@ -337,6 +355,8 @@ def check_training_speed(seconds: float = 20.0) -> Check:
                f"steps take about {minutes:.1f} min; the demo's {DEMO_STEPS:,} on {demo} "
                f"thread{'s' if demo > 1 else ''} ({rates[demo]:.1f} steps/s) about "
                f"{DEMO_STEPS / rates[demo] / 60:.1f} min")
+    device = resolve_device("auto")
+    message += "; " + newton_schulz_note(device)
     status = speed_status(rate)
     load = load_average() or 0.0
     message += f" ({load_note()}"  # beside every time, so that a busy machine shows
@@ -348,6 +368,9 @@ def check_training_speed(seconds: float = 20.0) -> Check:
                              f"programs and plug in the charger (battery saving slows the CPU)",
            "FAIL": "too slow for the live runs: close other programs, plug in the charger and "
                    "run the doctor again; if it stays slow, pair this laptop with another"}[status]
+    if status != "OK" and emulated_bf16_newton_schulz(device):
+        fix = ("the cause is Muon's Newton-Schulz in bf16 on a CPU that emulates bf16 matmuls: "
+               "unset BERTLAB_NEWTON_SCHULZ (auto picks fp32 here), then run the doctor again")
     cores = os.cpu_count() or 1
     if others is not None and cores - others < BUSY_FREE_CORES:
         message += (f"; other programs keep {others:.1f} of {cores} cores busy, so every "

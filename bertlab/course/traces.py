@@ -2,8 +2,9 @@
 
 A model made on a CPU (models/*/MANIFEST.json) or a record of benchmarks/results/ carries a
 trace: its pretraining command, with the same `--max-steps` (the schedule depends on it), stopped
-after its first N steps (`--stop-after N`), one thread and fp32 pinned; the history rows those
-steps gave; and the SHA-256 of the weights they left. `replay` runs the command again with
+after its first N steps (`--stop-after N`), one thread and fp32 pinned, and Muon's Newton-Schulz
+dtype as this machine resolved it (`newton_schulz`; bf16 for a trace recorded before that
+setting); the history rows those steps gave; and the SHA-256 of the weights they left. `replay` runs the command again with
 today's code and names every field that differs. Times and rates are left out: they belong to a
 machine, not to the stream.
 
@@ -100,11 +101,28 @@ def trace_command(command: list[str], steps: int) -> list[str]:
             "--out", OUT]
 
 
-def run_trace(command: list[str], out: Path) -> dict[str, Any]:
+def trace_env(newton_schulz: str) -> dict[str, str]:
+    """Return the environment a trace's command runs in: one thread, and Muon's Newton-Schulz
+    dtype pinned to the one the trace was recorded with (a trace recorded before the setting
+    existed ran bf16, the only dtype then)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+            "BERTLAB_NEWTON_SCHULZ": newton_schulz}
+
+
+def newton_schulz_here() -> str:
+    """Return the Newton-Schulz dtype a CPU run resolves "auto" to on this machine."""
+    import torch
+
+    from bertlab.engine.device import resolve_newton_schulz
+
+    return resolve_newton_schulz("auto", torch.device("cpu"))
+
+
+def run_trace(command: list[str], out: Path, newton_schulz: str = "bf16") -> dict[str, Any]:
     """Run a trace's command into `out` (a new folder) and return what it gave: the history rows
     without their times and rates, and the SHA-256 of the weights at the last step."""
     args = [str(out) if a == OUT else a for a in command]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = trace_env(newton_schulz)
     done = subprocess.run([sys.executable, "-m", "bertlab", *args], capture_output=True,
                           text=True, env=env, cwd=REPO)
     if done.returncode:
@@ -119,11 +137,11 @@ def run_trace(command: list[str], out: Path) -> dict[str, Any]:
 
 def make_trace(command: list[str], steps: int) -> dict[str, Any]:
     """Return the trace of `command`'s first `steps` steps, run now with this checkout's code."""
-    replayed = trace_command(command, steps)
+    replayed, newton_schulz = trace_command(command, steps), newton_schulz_here()
     with tempfile.TemporaryDirectory(prefix="bertlab-trace-") as tmp:
-        gave = run_trace(replayed, Path(tmp) / "run")
+        gave = run_trace(replayed, Path(tmp) / "run", newton_schulz)
     return {"command": replayed, "steps": steps, "commit": git_commit(), "machine": machine(),
-            **gave}
+            "newton_schulz": newton_schulz, **gave}
 
 
 def recorded_here(trace: dict[str, Any]) -> bool:
@@ -136,7 +154,7 @@ def replay(trace: dict[str, Any]) -> list[str]:
     """Return what differs between `trace` and its command run again now (empty: it replays):
     exactly on the machine it was recorded on, within `CROSS_MACHINE_RTOL` elsewhere."""
     with tempfile.TemporaryDirectory(prefix="bertlab-trace-") as tmp:
-        now = run_trace(trace["command"], Path(tmp) / "run")
+        now = run_trace(trace["command"], Path(tmp) / "run", trace.get("newton_schulz", "bf16"))
     return differences(trace, now, exact=recorded_here(trace))
 
 
@@ -172,10 +190,11 @@ def same_value(before: Any, after: Any, exact: bool = True) -> bool:
 # A benchmark record's trace: one cheap cell, run by the benchmark script's own code
 
 
-def run_script(command: list[str]) -> dict[str, Any]:
+def run_script(command: list[str], newton_schulz: str = "bf16") -> dict[str, Any]:
     """Run `python COMMAND` (a benchmark script with `--trace ...`) on one thread from the
-    repository root; return the JSON object its last line of output prints."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    repository root, Muon's Newton-Schulz in `newton_schulz`; return the JSON object its last
+    line of output prints."""
+    env = trace_env(newton_schulz)
     done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env,
                           cwd=REPO)
     if done.returncode:
@@ -187,15 +206,16 @@ def run_script(command: list[str]) -> dict[str, Any]:
 def make_script_trace(command: list[str], what: str) -> dict[str, Any]:
     """Return the trace of a benchmark's cheap cell: `command` (see `run_script`) run now with this
     checkout's code, what it gave, the commit and the machine."""
+    newton_schulz = newton_schulz_here()
     return {"what": what, "command": command, "commit": git_commit(), "machine": machine(),
-            "gave": run_script(command)}
+            "newton_schulz": newton_schulz, "gave": run_script(command, newton_schulz)}
 
 
 def replay_script(trace: dict[str, Any]) -> list[str]:
     """Return what differs between a benchmark trace and its command run again now (exactly
     on the machine it was recorded on, within CROSS_MACHINE_RTOL elsewhere; no hashes then)."""
     exact = recorded_here(trace)
-    gave, now = trace["gave"], run_script(trace["command"])
+    gave, now = trace["gave"], run_script(trace["command"], trace.get("newton_schulz", "bf16"))
     if not exact:
         gave, now = ({k: v for k, v in d.items() if k != "weights_sha256"} for d in (gave, now))
     return compare_values(gave, now, exact=exact)

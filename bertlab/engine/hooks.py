@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,14 +39,17 @@ from bertlab.engine.checkpoint import (
     read_checkpoint_state,
 )
 from bertlab.engine.device import (
+    cpu_has_native_bf16,
     fast_math,
     from_rank0,
     resolve_compile,
     resolve_device,
+    resolve_newton_schulz,
     resolve_precision,
 )
 from bertlab.engine.eventlog import EventLog, check_event_folder
 from bertlab.engine.files import atomic_write_json, atomic_write_text, save_tokenizer
+from bertlab.engine.outputs import check_output
 from bertlab.engine.resume import (
     CheckpointSaver,
     DataPosition,
@@ -180,6 +184,11 @@ class RunHooks:
         self.is_main = self.rank == 0
         self.device = resolve_device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
+        if self.precision == "bf16" and self.device.type == "cpu" and not cpu_has_native_bf16():
+            warnings.warn("precision bf16 on a CPU without native bf16 matmuls (no AMX or "
+                          "AVX-512 BF16): torch emulates them, so this run is several times "
+                          "slower than in fp32; pass --precision fp32 (precision='fp32')",
+                          stacklevel=3)
         self.compile = resolve_compile(config.compile, self.device)
         check_loader_batch(train_loader, config, self.world)
         # Rank 0 alone writes into the run folder (and may be writing right now): it alone checks.
@@ -187,6 +196,7 @@ class RunHooks:
             None if out_dir is None else Path(out_dir))
         if self.is_main:  # another run's event files: refused before anything is written
             check_event_folder(config.tensorboard_dir, self.out, resume)
+            check_events_outside_artefacts(config.tensorboard_dir, self.out)
         self.objective = objective.name
         self.run_record = objective.run_record  # what a new run's run.json says
         data = objective.data  # what the run needs from its data (None: not said)
@@ -197,6 +207,10 @@ class RunHooks:
         # What the run's checkpoints record, and a resume must keep (`check_resume`).
         self.data = {**run_data(train_loader, data),
                      **run_contract(config, self.precision, self.compile, self.val_loaders)}
+        # Muon's Newton-Schulz dtype, as resolved on this machine: recorded, never refused (a
+        # run moved to a machine that resolves "auto" otherwise goes on, and says so).
+        self.newton_schulz = (resolve_newton_schulz(config.newton_schulz, self.device)
+                              if config.optimizer == "muon" else None)
         self.bar: tqdm | None = None
         self.events: EventLog | None = None  # TensorBoard, rank 0 alone (opened by start)
 
@@ -242,7 +256,8 @@ class RunHooks:
             check_resume(state, ckpt, self.config, {**self.data, "objective": self.objective})
             saved = load_checkpoint(ckpt, model, optimizer, scaler=scaler, verify=False)
             run = RunState.restored(saved)  # the window of the next row goes on where it was
-            run.changed = changed_on_resume(state, self.config)
+            run.changed = {**changed_on_resume(state, self.config),
+                           **newton_schulz_change(state, self.newton_schulz)}
             if run.changed and self.is_main:
                 _record_resume(self.out, run.step, run.changed)
             restore_rng(saved, self.device, self.rank, self.world)
@@ -252,7 +267,7 @@ class RunHooks:
             self.out if self.is_main else None, model, optimizer, scaler,
             self.config.keep_checkpoints,
             {**self.data, "objective": self.objective, "world_size": self.world,
-             "train_config": self.config.to_dict()},
+             "train_config": self.config.to_dict(), "newton_schulz": self.newton_schulz},
             saved_step=run.step if self.resume else None)
         self.bar = _progress_bar(self.config, run, self.is_main)
         if self.config.tensorboard_dir is not None and self.is_main:
@@ -453,6 +468,23 @@ def clear_untrained_start(out: Path) -> None:
         (out / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # only an empty one
         (out / "checkpoints").rmdir()
+
+
+def check_events_outside_artefacts(events: str | None, out: Path | None) -> None:
+    """Refuse an event folder inside another artefact (a run, shards, an export) before anything
+    is written; inside this run's own folder it is the run's to write."""
+    if events is None or (out is not None and Path(events).resolve().is_relative_to(out.resolve())):
+        return
+    check_output(events, "tensorboard_dir (--tensorboard)", folder=True)
+
+
+def newton_schulz_change(saved: dict, now: str | None) -> dict[str, list]:
+    """Return {"newton_schulz": [before, now]} when this resume runs Muon's Newton-Schulz in
+    another dtype than the checkpoint's run did (one that records none ran bf16, the only dtype
+    before the setting), else {}: a change `_record_resume` writes into run.json."""
+    train = saved.get("train_config") or {}
+    before = saved.get("newton_schulz") or ("bf16" if train.get("optimizer") == "muon" else None)
+    return {"newton_schulz": [before, now]} if None not in (before, now) and before != now else {}
 
 
 def _changes(changed: dict[str, list]) -> str:
