@@ -36,7 +36,7 @@ from bertlab.engine.shards import (
 )
 from bertlab.engine.streaming import StreamOptions
 from bertlab.engine.tasks import compare_downstream
-from bertlab.errors import run_reporting
+from bertlab.errors import BadInput, run_reporting
 from bertlab.finetune import FinetuneConfig, format_table
 from bertlab.pairs import INPUTS, SINGLE
 from bertlab.pretraining import fill_mask
@@ -423,13 +423,28 @@ COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_fi
             "doctor": cmd_doctor}
 
 
+def refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Raise `BadInput` for a flag or argument given as an empty string: an unset shell variable
+    (`--out "$OUT"`) would otherwise become the current folder, read or written."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in commands.choices[args.command]._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            name = action.option_strings[0] if action.option_strings else action.dest.upper()
+            raise BadInput(f"{name} {value!r}", "is empty (an unset shell variable?)",
+                           "pass the path or value it stands for (nothing was read or written)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Return the exit code of `python -m bertlab ARGS`: 0 success, 2 bad input (one `error:`
     line), 1 a failure of the run or the machine (NaN loss, disk full), 128 + N when stopped by
     signal N (130 for Ctrl-C, 143 for SIGTERM); see `bertlab.errors`."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
 
     def command() -> int:
+        refuse_empty_values(parser, args)
         # SIGTERM (kill, docker stop, a scheduler) stops every command as Ctrl-C does: the
         # `finally` blocks remove what it had begun (staging folders, locks, new folders), and
         # the exit says so (143), instead of dying silently with its half-work left behind.

@@ -14,16 +14,19 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
+import torch
 from faultlib import TINY, assert_one_clear_error, assert_unchanged, corpus_folder, expand, snapshot
 
 from bertlab.cli import main
 from bertlab.engine.checkpoint import latest_checkpoint
-from bertlab.engine.files import atomic_write_json, sweep_dead_writers
+from bertlab.engine.files import FolderLock, atomic_write_json, sweep_dead_writers
 from bertlab.engine.readers import load_corpus
 from bertlab.hf import load_hf
+from bertlab.train import TrainConfig
 
 LONG = "n" * 300  # one name longer than the 255 bytes a file system takes
 LEGAL = "r" * 250  # a legal name, too long only for a staging name built by appending to it
@@ -88,6 +91,22 @@ ROWS = [
      ["--out {ckpt}/run", "inside the checkpoint {ckpt}"]),
     ("export-into-an-export", "export-hf {run} {hf}/inner",
      ["out_dir {hf}/inner", "inside the Hugging Face export {hf}"]),
+    # round 5: the guard walks every folder up, and refuses an empty path (an unset variable)
+    ("prepare-out-four-deep-in-a-checkpoint", "prepare --corpus {corpus} --out {ckpt}/a/b/c/d",
+     ["--out {ckpt}/a/b/c/d", "inside the checkpoint {ckpt}"]),
+    ("pretrain-out-five-deep-in-a-run", "pretrain --corpus {corpus} --out {run}/x/a/b/c/d TINY",
+     ["--out {run}/x/a/b/c/d", "inside the run folder {run}"]),
+    ("demo-out-four-deep-in-shards", "demo --out {shards}/train/a/b/c",
+     ["--out {shards}/train/a/b/c", "inside the shard folder {shards}"]),
+    ("pretrain-out-empty", "pretrain --corpus {corpus} --out '' TINY",
+     ["--out ''", "is empty", "unset shell variable"]),
+    ("prepare-corpus-empty", "prepare --corpus '' --out {root}/new",
+     ["--corpus ''", "is empty"]),
+    ("json-empty", "finetune {run} --task {rows} QUICK --json ''", ["--json ''", "is empty"]),
+    ("tensorboard-is-the-corpus", "pretrain --corpus {corpus} --out {root}/new TINY --tensorboard {corpus}",
+     ["--tensorboard {corpus}", "same folder", "as --corpus {corpus}"]),
+    ("tensorboard-inside-an-export", "pretrain --corpus {corpus} --out {root}/new TINY --tensorboard {hf}/tb",
+     ["--tensorboard {hf}/tb", "inside the Hugging Face export {hf}"]),
 ]
 
 
@@ -392,3 +411,71 @@ def test_a_library_write_that_finds_its_folder_restored_writes_nothing(killed_ex
     with pytest.raises(ValueError, match="previous content is back in place"):
         atomic_write_folder(out, lambda folder: (folder / "x").write_text("x"))
     assert (out / "notes.txt").is_file() and not (out / "x").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The library's writers pass the same guard (round 5)
+
+
+def _tiny_run(world, out, **train):
+    from bertlab.data import pretraining_loader
+    from bertlab.engine.readers import load_corpus
+    from bertlab.engine.recipes import recipe
+    from bertlab.model import BertConfig, BertForPreTraining
+    from bertlab.pretraining import pretrain
+    from bertlab.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(Path(world["run"]) / "tokenizer.json")
+    docs = load_corpus(world["corpus"])
+    loader = pretraining_loader(docs, tok, split="train", seed=0,
+                                options=recipe("course").loader_options())
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(),
+                                                 hidden_size=32, intermediate_size=64),
+                               generator=torch.Generator().manual_seed(0))
+    config = TrainConfig(max_steps=2, batch_size=16, eval_interval=None, progress=False,
+                         log_interval=0, device="cpu", **train)
+    return pretrain(model, loader, None, config, out_dir=out)
+
+
+@pytest.mark.parametrize("where, fragments", [
+    ("{ckpt}/a/b/c", ["out_dir {ckpt}/a/b/c", "inside the checkpoint {ckpt}"]),
+    ("", ["out_dir ''", "is empty"]),
+], ids=["deep-inside-a-checkpoint", "empty"])
+def test_the_librarys_pretrain_passes_the_output_guard(world, where, fragments):
+    before = snapshot(world["root"])
+    with pytest.raises(ValueError) as refused:
+        _tiny_run(world, where.format(**world))
+    for fragment in fragments:
+        assert fragment.format(**world) in str(refused.value)
+    assert_unchanged(before, snapshot(world["root"]))
+
+
+def test_the_librarys_event_folder_may_not_lie_inside_an_export(world, tmp_path):
+    before = snapshot(world["root"])
+    with pytest.raises(ValueError, match=r"tensorboard_dir \(--tensorboard\) .*/tb: lies inside"):
+        _tiny_run(world, tmp_path / "run", tensorboard_dir=str(Path(world["hf"]) / "tb"))
+    assert_unchanged(before, snapshot(world["root"]))
+    assert not (tmp_path / "run").exists()
+
+
+def test_two_threads_pretraining_into_one_folder_the_second_is_refused(world, tmp_path):
+    out, errors = tmp_path / "run", []
+    held, release = threading.Event(), threading.Event()
+
+    def first():
+        with FolderLock(out):
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    held.wait(60)
+    try:
+        _tiny_run(world, out)
+    except ValueError as e:
+        errors.append(str(e))
+    finally:
+        release.set()
+        holder.join()
+    assert len(errors) == 1 and "in use by another thread of this process" in errors[0]
+    assert not (out / "checkpoints").exists()

@@ -454,7 +454,8 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
     import msvcrt
 
-_HELD: dict[Path, list] = {}  # folder -> [open lock file, depth]: re-entrant within a process
+_HELD: dict[Path, list] = {}  # folder -> [open lock file, depth, holding thread]: re-entrant in a thread
+_HELD_GUARD = threading.Lock()
 
 
 class FolderLock:
@@ -465,7 +466,8 @@ class FolderLock:
     never blocks a new run; a holder that lets go normally deletes
     the file too, so a finished folder holds only its data. The file records the holder's pid, host,
     command and start time, which the error message of a second process quotes. Taking the same
-    lock again inside the same process just nests.
+    lock again in the same thread just nests; another thread of the same process is refused as
+    a second process is.
     """
 
     def __init__(self, folder: str | Path, what: str = "run folder") -> None:
@@ -473,9 +475,17 @@ class FolderLock:
 
     def __enter__(self) -> FolderLock:
         key = self.folder.resolve()
-        if key in _HELD:
-            _HELD[key][1] += 1
-            return self
+        with _HELD_GUARD:
+            if key in _HELD:
+                if _HELD[key][2] != threading.get_ident():  # two writers in one process
+                    raise in_use_error(self.what, self.folder,
+                                       f"another thread of this process ({os.getpid()})")
+                _HELD[key][1] += 1
+                return self
+            self._hold(key)
+        return self
+
+    def _hold(self, key: Path) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         handle = self._take()
         handle.seek(0)
@@ -484,8 +494,7 @@ class FolderLock:
         handle.write(f"process {os.getpid()} on {socket.gethostname()} ({command!r}, since "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         handle.flush()
-        _HELD[key] = [handle, 1]
-        return self
+        _HELD[key] = [handle, 1, threading.get_ident()]
 
     def _take(self) -> Any:
         """Return the open, locked lock file; raise the in-use error if another process holds it.
@@ -511,7 +520,10 @@ class FolderLock:
             handle.close()
 
     def __exit__(self, *exc: object) -> None:
-        key = self.folder.resolve()
+        with _HELD_GUARD:
+            self._let_go(self.folder.resolve())
+
+    def _let_go(self, key: Path) -> None:
         entry = _HELD[key]
         entry[1] -= 1
         if entry[1] == 0:

@@ -29,7 +29,8 @@ from bertlab.errors import BadInput
 # The artefacts whose files belong to bertlab, and what a message calls each folder.
 _ARTEFACTS = {"run": "the run folder", "checkpoint": "the checkpoint",
               "shards": "the shard folder", "hf": "the Hugging Face export"}
-# How far up an output's folders are looked at: far enough for RUN/checkpoints/step-N/FILE.
+# How far up any folder that looks like an artefact counts: RUN/checkpoints/step-N/FILE. Further
+# up, every ancestor is still looked at, but only one with bertlab's own marks counts.
 _ARTEFACT_DEPTH = 3
 _HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _NOTHING = "(nothing was written)"
@@ -47,7 +48,8 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     """
     shown = f"{flag} {path}"
     if str(path).strip() == "":
-        raise BadInput(flag, "is empty", f"pass a {'folder' if folder else 'file'} path")
+        raise BadInput(f"{flag} {str(path)!r}", "is empty (an unset shell variable?)",
+                       f"pass a {'folder' if folder else 'file'} path {_NOTHING}")
     path = Path(path)
     _check_name_lengths(path, shown)
     if folder:  # what a killed writer set aside is put back first, so the check sees it
@@ -105,20 +107,32 @@ def _check_not_an_input(path: Path, shown: str, inputs: Sequence[tuple[str, obje
 
 
 def _check_outside_artefacts(path: Path, shown: str) -> None:
-    """Refuse a path inside a run, a checkpoint, shards or a Hugging Face export."""
+    """Refuse a path inside a run, a checkpoint, shards or a Hugging Face export, however deep."""
     real = Path(os.path.realpath(path))
     given = [p for p in Path(path).parents if str(p) != "."]
-    for depth, ancestor in enumerate(list(real.parents)[:_ARTEFACT_DEPTH]):
+    for depth, ancestor in enumerate(real.parents):
         kind = folder_kind(ancestor)
         if kind not in _ARTEFACTS:
             continue
         if kind == "hf" and not any((ancestor / name).is_file() for name in _HF_WEIGHTS):
             continue  # a config.json alone (a project's own) makes no export
+        if depth >= _ARTEFACT_DEPTH and not _surely_bertlabs(ancestor, kind):
+            continue  # far up, a folder of another tool's may look like one (a checkpoints/)
         name = given[depth] if depth < len(given) else ancestor
         raise BadInput(shown, f"lies inside {_ARTEFACTS[kind]} {name} ({describe_kind(kind)}); "
                               f"a file written there would replace one of its files or be taken "
                               f"for one, and it might no longer load",
                        f"write it outside that folder {_NOTHING}")
+
+
+def _surely_bertlabs(folder: Path, kind: str) -> bool:
+    """Return whether `folder`, which `folder_kind` calls `kind`, bears bertlab's own marks: a
+    run's run.json or checkpoints/step-N, a checkpoint's state.json beside its weights."""
+    if kind == "run":
+        return (folder / "run.json").is_file() or any((folder / "checkpoints").glob("step-*"))
+    if kind == "checkpoint":
+        return (folder / "model.safetensors").is_file()
+    return True
 
 
 def _check_file_target(path: Path, shown: str) -> None:

@@ -43,6 +43,7 @@ from bertlab.engine.checkpoint import (
     save_checkpoint,
 )
 from bertlab.engine.files import LOCK_NAME, check_output_folder, writing_into
+from bertlab.engine.outputs import check_output
 from bertlab.errors import BadInput
 
 # ---------------------------------------------------------------------------------------------
@@ -63,6 +64,7 @@ def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_
             raise ValueError("resume=True needs out_dir (the run folder to resume from)")
         return None
     out = Path(out_dir)
+    check_output(out_dir, flag, folder=True)  # not empty, not inside an artefact, writable
     kind = check_output_folder(out, flag, accept=("run",))
     newest = latest_checkpoint(out)
     if resume and newest is None:

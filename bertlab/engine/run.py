@@ -326,9 +326,12 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
     check_run_folder(out, args.resume, flag="--out")
     check_event_folder(getattr(args, "tensorboard_dir", None), out, args.resume,
                        flag="--tensorboard")  # an absent flag is absent from args
-    check_output(out, "--out", folder=True,
-                 inputs=[("--corpus", args.corpus), ("--tokenizer", args.tokenizer),
-                         *(("--validate-also", v) for v in args.validate_also or [])])
+    inputs = [("--corpus", args.corpus), ("--tokenizer", args.tokenizer),
+              *(("--validate-also", v) for v in args.validate_also or [])]
+    check_output(out, "--out", folder=True, inputs=inputs)
+    events = getattr(args, "tensorboard_dir", None)
+    if events is not None and not Path(events).resolve().is_relative_to(out.resolve()):
+        check_output(events, "--tensorboard", folder=True, inputs=inputs)  # never the corpus
     holder = lock_holder(out)
     if holder is not None:  # another process is writing there: say so before anything else
         raise in_use_error("run folder", out, holder)
