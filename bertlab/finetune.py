@@ -710,6 +710,10 @@ def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
 
 def check_methods(methods: Sequence[str]) -> None:
     """Raise if `methods` names one that is not in `METHODS`."""
+    if isinstance(methods, str) or not methods:
+        raise BadInput(f"methods={methods!r}", "names no method" if not isinstance(methods, str)
+                       else "is one string, not a list of names",
+                       f"pass a list of one or more of {list(METHODS)}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
@@ -736,7 +740,15 @@ def compare_methods(
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
+    # A generator is read once, here: every budget and seed below iterates these lists.
+    methods, k_per_class, seeds = (v if isinstance(v, (str, int)) or v is None else list(v)
+                                   for v in (methods, k_per_class, seeds))
     check_methods(methods)
+    for name, values in (("k_per_class", k_per_class), ("seeds", seeds)):
+        if not isinstance(values, list) or not values:
+            raise BadInput(f"compare_methods({name}={values!r})", "is not a non-empty list, so "
+                           "there would be no run to compare", f"pass a list, e.g. {name}="
+                           f"{[None] if name == 'k_per_class' else [0]}")
     config = config or FinetuneConfig()
     check_tokenizer_fits(tokenizer, bert_encoder(pretrained).config.vocab_size,
                          "compare_methods")

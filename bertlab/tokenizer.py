@@ -45,6 +45,7 @@ from tokenizers import (
 )
 
 from bertlab.corpus import Document
+from bertlab.errors import BadInput
 
 # --------------------------------------------------------------------------------------------
 # Learning a WordPiece vocabulary: BERT's text normalization, word counts and the merge loop
@@ -364,6 +365,13 @@ def _load_verified(path: Path) -> Tokenizer | None:
     return None
 
 
+def _as_int_hint(value: object) -> str:
+    try:
+        return str(int(float(str(value))))
+    except (TypeError, ValueError, OverflowError):
+        return "8192"
+
+
 def train_tokenizer(
     docs_or_texts: Iterable[Document | str],
     vocab_size: int = 8192,
@@ -405,8 +413,11 @@ def train_tokenizer(
         raise ValueError(
             "train_tokenizer: got one string; pass a list of texts (or Documents), e.g. [text]"
         )
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or \
-            vocab_size < len(SPECIAL_TOKENS) + 1:
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise BadInput(f"train_tokenizer(vocab_size={vocab_size!r})",
+                       f"is a {type(vocab_size).__name__}, not a whole number",
+                       f"pass an int, e.g. vocab_size={_as_int_hint(vocab_size)}")
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise ValueError(
             f"vocab_size={vocab_size!r} is too small; it needs room for the "
             f"{len(SPECIAL_TOKENS)} special tokens and some text"

@@ -19,6 +19,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from bertlab.engine.checkpoint import (
+    check_run_tokenizer,
     load_run_checkpoint,
     read_checkpoint_state,
     read_newest,
@@ -355,6 +356,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *,
     model, state = load_run_checkpoint(run_dir)
     tok = load_tokenizer(run_dir / "tokenizer.json")
     check_tokenizer_fits(tok, model.config.vocab_size, f"run folder {run_dir}")
+    check_run_tokenizer(state, tok, run_dir / "tokenizer.json")
     card = model_card(run_facts(run_dir, out_dir, state=state))
     yours = (replacing or readme_only) and is_users_readme(out_dir / "README.md")
     save_hf(model, tok, out_dir, card=card)

@@ -33,7 +33,7 @@ from torch import nn
 from bertlab.engine.files import STAGING_SUFFIX, atomic_write_folder, is_disk_full
 from bertlab.errors import BadInput
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.tokenizer import load_tokenizer
+from bertlab.tokenizer import load_tokenizer, vocab_digest
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
@@ -41,7 +41,12 @@ T = TypeVar("T")
 
 
 class CorruptCheckpoint(ValueError):
-    """A checkpoint whose files do not match the SHA-256 digests written when it was saved."""
+    """A checkpoint whose files do not match the SHA-256 digests written when it was saved
+    (`problem` says how), or a folder among the checkpoints that holds no checkpoint."""
+
+    def __init__(self, message: str, problem: str = "") -> None:
+        super().__init__(message)
+        self.problem = problem or message
 
 
 def _sha256(path: Path) -> str:
@@ -130,7 +135,7 @@ def _corrupt(path: Path, problem: str) -> CorruptCheckpoint:
     return CorruptCheckpoint(
         f"checkpoint {path} is corrupt: {problem}. Its files were damaged or changed on disk "
         f"after it was saved; use an older checkpoint (load_run and --resume fall back to the "
-        f"newest one that verifies)")
+        f"newest one that verifies)", problem)
 
 
 def verify_checkpoint(path: str | Path) -> None:
@@ -142,6 +147,9 @@ def verify_checkpoint(path: str | Path) -> None:
     path = Path(path)
     digests_file = path / "digests.json"
     if not digests_file.is_file():
+        if not (path / "state.json").is_file():  # an empty or stray step-N folder
+            raise _corrupt(path, "it holds neither digests.json nor state.json (a stray or "
+                                 "half-written folder, not a checkpoint)")
         if read_checkpoint_state(path, verified=True).get("format") == 1:
             return
         raise _corrupt(path, "digests.json is missing")
@@ -150,6 +158,11 @@ def verify_checkpoint(path: str | Path) -> None:
         items = sorted(digests.items())
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as e:
         raise _corrupt(path, f"digests.json is not readable ({e})") from None
+    unlisted = sorted(f.name for f in path.iterdir() if f.name != "digests.json"
+                      and f.name not in digests)
+    if not items or unlisted:  # a file no digest covers cannot be verified
+        raise _corrupt(path, f"digests.json lists no digest for "
+                             f"{', '.join(unlisted) or 'any file'}, so it cannot be verified")
     for name, expected in items:
         file = path / name
         if not file.is_file():
@@ -284,8 +297,8 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
     """Return the newest checkpoint of a run whose files match their digests (None: no checkpoint).
 
     A newer checkpoint that fails verification is skipped with a warning that names it and the
-    one used instead. If every checkpoint fails, the CorruptCheckpoint error of the newest is
-    raised. A checkpoint that a run still writing here deletes meanwhile (keep_checkpoints) is
+    one used instead. If every checkpoint fails, a CorruptCheckpoint says so, with the newest's
+    problem (no older one to use). A checkpoint that a run still writing here deletes meanwhile (keep_checkpoints) is
     gone, not corrupt: the folder is listed again, for the newer one saved before it went.
     """
     for attempt in range(ROTATION_RETRIES + 1):
@@ -310,7 +323,10 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
             return path
         else:
             if first_error is not None:
-                raise first_error
+                raise CorruptCheckpoint(
+                    f"every checkpoint of {Path(run_dir)} is corrupt ({len(found)}; the newest, "
+                    f"{found[-1].name}: {first_error.problem}), so there is none to fall back "
+                    f"to: train again in a new folder, or restore the run from a copy")
             if not vanished:
                 return None
     return None
@@ -390,11 +406,31 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
     """
     run_dir = Path(run_dir)
     if checkpoint is not None:
-        model = _load_run_model(Path(checkpoint), verify=True, device=device)
+        path = Path(checkpoint)
+        model = _load_run_model(path, verify=True, device=device)
     else:
-        model = read_newest(run_dir, lambda path: _load_run_model(path, False, device))[1]
+        path, model = read_newest(run_dir, lambda p: _load_run_model(p, False, device))
     tok_file = run_dir / "tokenizer.json"
-    return model, (load_tokenizer(tok_file) if tok_file.is_file() else None)
+    tok = load_tokenizer(tok_file) if tok_file.is_file() else None
+    if tok is not None:
+        check_run_tokenizer(read_checkpoint_state(path, verified=True), tok, tok_file)
+    return model, tok
+
+
+def check_run_tokenizer(state: dict, tokenizer: Tokenizer, tok_file: Path) -> None:
+    """Raise `BadInput` unless `tokenizer` has the vocabulary the checkpoint (its `state`) was
+    trained with: a swapped tokenizer of the same size would give every id another word. A
+    checkpoint that records no vocabulary (written before it was recorded) passes."""
+    recorded = state.get("tokenizer")
+    if not recorded:
+        return
+    now = vocab_digest(tokenizer)[:16]
+    if now != recorded:
+        raise BadInput(str(tok_file), f"is not the tokenizer this run trained with (its "
+                                      f"vocabulary digest is {now}; the checkpoint records "
+                                      f"{recorded}), so every id would read as another word",
+                       "put back the run's own tokenizer.json (the one its shards or its first "
+                       "start saved) and run the command again (nothing was written)")
 
 
 def load_run_checkpoint(run_dir: str | Path, device: str | torch.device = "cpu",

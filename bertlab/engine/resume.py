@@ -42,7 +42,13 @@ from bertlab.engine.checkpoint import (
     remove_checkpoint,
     save_checkpoint,
 )
-from bertlab.engine.files import LOCK_NAME, check_output_folder, writing_into
+from bertlab.engine.files import (
+    LOCK_NAME,
+    check_output_folder,
+    in_use_error,
+    lock_holder,
+    writing_into,
+)
 from bertlab.engine.outputs import check_output
 from bertlab.errors import BadInput
 
@@ -68,6 +74,9 @@ def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_
     kind = check_output_folder(out, flag, accept=("run",))
     newest = latest_checkpoint(out)
     if resume and newest is None:
+        holder = lock_holder(out)
+        if holder is not None:  # a live run before its first checkpoint: never "delete it"
+            raise in_use_error("run folder", out, holder)
         # The advice must work when followed: a new run refuses the files of a start that never
         # saved (the CLI keeps them until you delete them), so then the folder goes first.
         files = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) \
@@ -162,9 +171,11 @@ _CHECKED: dict[str, tuple[str, Any]] = {
                   "tokenizer.json, as the run saved it)"),
     "data_seed": ("data seed", lambda v: f"the same data seed (--data-seed {v})"),
     "train_examples": ("number of training examples",
-                       lambda v: "the same corpus and --max-seq-len"),
+                       lambda v: "the same corpus, read with the same flags (--text-field, "
+                                 "--doc-field, --on-bad-row...), and the same --max-seq-len"),
     "train_digest": ("training examples' digest",
-                     lambda v: "the same corpus, tokenizer and --max-seq-len"),
+                     lambda v: "the same corpus, read with the same flags (--text-field, "
+                               "--doc-field, --on-bad-row...), tokenizer and --max-seq-len"),
     "masking": ("masking", None),
     "group_by_length": ("group_by_length",
                         lambda v: f"the same --group-by-length ({v}; 0: off)"),
@@ -241,8 +252,10 @@ def check_resume(saved: dict, checkpoint: Path, config: Any, data: dict[str, Any
     train, now = saved.get("train_config") or {}, config.to_dict()
     for name in (n for n in LEARNING if n in train):
         flag = "--" + name.replace("_", "-")
-        _same(checkpoint, name, _shown(train[name]), _shown(now[name]),
-              f"the same value (pass {flag} {_shown(train[name])}, or {name}= in TrainConfig)")
+        value = _shown(train[name])
+        typed = " ".join(map(str, value)) if isinstance(value, tuple) else value  # as argv takes it
+        _same(checkpoint, name, value, _shown(now[name]),
+              f"the same value (pass {flag} {typed}, or {name}={value!r} in TrainConfig)")
     for name, (words, fix) in _CHECKED.items():
         before, after = saved.get(name), data.get(name)
         if before is None and name in ("unpad", "eval_batches"):

@@ -1,0 +1,97 @@
+"""Refusals name what moved, in the caller's language, with a fix that works when followed
+(nothing lost, round 5): the CLI's advice parses as argv, a folder a live run holds is "in use",
+never "delete it", and the API names its argument, its value and the fix.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from faultlib import SMALL, assert_one_clear_error, assert_unchanged, corpus_folder, snapshot
+
+from bertlab.cli import main
+from bertlab.engine.readers import load_corpus
+from bertlab.engine.resume import check_resume
+from bertlab.errors import BadInput
+from bertlab.finetune import compare_methods
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.tokenizer import train_tokenizer
+from bertlab.train import TrainConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> dict[str, Path]:
+    """A run stopped after 2 of its 4 steps (one checkpoint), and its corpus."""
+    root = tmp_path_factory.mktemp("refusals")
+    corpus, run = corpus_folder(root / "corpus", 16), root / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--out", str(run), *SMALL, "--max-steps", "4"]
+    assert main([*argv, "--stop-after", "2"]) == 0
+    return {"root": root, "corpus": corpus, "run": run, "argv": argv}
+
+
+def test_the_betas_advice_is_argv_that_resumes(stopped_run, capsys):
+    before = snapshot(stopped_run["root"])
+    assert main([*stopped_run["argv"], "--resume", "--betas", "0.8", "0.99"]) == 2
+    err = capsys.readouterr().err
+    assert_one_clear_error(err, ["betas (0.9, 0.999)", "pass --betas 0.9 0.999"])
+    assert_unchanged(before, snapshot(stopped_run["root"]))
+    advice = err.split("pass --betas ")[1].split(",")[0].split()  # the two numbers it gives
+    assert main([*stopped_run["argv"], "--resume", "--betas", *advice]) == 0, \
+        capsys.readouterr().err
+
+
+def test_resume_on_a_folder_a_live_run_holds_says_in_use_not_delete(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}", encoding="utf-8")  # a start before its first checkpoint
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom bertlab.engine.files import FolderLock\n"
+         "with FolderLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)",
+         str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        corpus = corpus_folder(tmp_path / "corpus", 8)
+        code = main(["pretrain", "--corpus", str(corpus), "--out", str(out), *SMALL,
+                     "--max-steps", "2", "--resume"])
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert_one_clear_error(err, [str(out), f"in use by process {holder.pid}"])
+    assert "delete" not in err
+
+
+def test_a_changed_corpus_count_names_the_reading_flags():
+    saved = {"train_examples": 10, "train_config": {}}
+    with pytest.raises(BadInput, match=r"--doc-field.*--max-seq-len"):
+        check_resume(saved, Path("run/checkpoints/step-00000002"), TrainConfig(),
+                     {"train_examples": 12})
+
+
+@pytest.mark.parametrize("value, hint", [("8192", "vocab_size=8192"), (8192.0, "vocab_size=8192"),
+                                         (None, "vocab_size=8192")])
+def test_a_vocab_size_of_the_wrong_type_names_its_type_not_its_size(value, hint):
+    with pytest.raises(BadInput) as refused:
+        train_tokenizer(["some text"], vocab_size=value, cache=False)
+    message = str(refused.value)
+    assert f"vocab_size={value!r}" in message and "not a whole number" in message
+    assert hint in message and "too small" not in message
+
+
+@pytest.mark.parametrize("argument", [{"methods": []}, {"methods": "tf-idf"},
+                                      {"k_per_class": []}, {"seeds": ()},
+                                      {"seeds": (s for s in ())}])
+def test_compare_methods_refuses_an_empty_list_instead_of_returning_nothing(argument):
+    docs = load_corpus("bbc")[:8]
+    tok = train_tokenizer(docs, vocab_size=300, cache=False)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=tok.get_vocab_size(),
+                                                 hidden_size=32, intermediate_size=64))
+    name = next(iter(argument))
+    with pytest.raises(BadInput, match=name):
+        compare_methods(model, tok, docs, **argument)
