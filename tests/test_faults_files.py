@@ -264,3 +264,83 @@ def test_whole_word_masking_follows_an_at_at_continuation_prefix():
     row = [vocab["[CLS]"], *ids, vocab["[SEP]"]]
     batch = collator([{"input_ids": row, "token_type_ids": [0] * len(row), "index": 0}])
     assert np.asarray(batch["word_ids"][0]).tolist() == [-1, 0, 0, 0, 1, 1, -1]
+
+
+# ---------------------------------------------------------------------------------------------
+# A file known by its bytes as well as its name (round 5)
+
+
+def _bbc_text(n: int = 30) -> str:
+    return "\n\n".join(d.text for d in load_corpus("bbc")[:n])
+
+
+def _compressed(kind: str, text: str, path: Path) -> None:
+    import bz2
+    import lzma
+    import zipfile
+
+    data = text.encode("utf-8")
+    if kind == "bz2":
+        path.write_bytes(bz2.compress(data))
+    elif kind == "xz":
+        path.write_bytes(lzma.compress(data))
+    else:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("news.txt", text)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("utf-16", ["UTF-16 text", "byte-order mark is FF FE", "iconv -f UTF-16 -t UTF-8"]),
+    ("utf-32", ["UTF-32 text", "iconv -f UTF-32 -t UTF-8"]),
+    ("bz2", ["bzip2-compressed", "bunzip2 -k"]),
+    ("xz", ["xz-compressed", "unxz -k"]),
+    ("zip", ["a zip archive", "unzip"]),
+])
+def test_a_file_that_is_not_utf8_is_named_by_its_bytes_even_with_replace(tmp_path, capsys, kind,
+                                                                        words):
+    path = tmp_path / "news.txt"
+    if kind.startswith("utf-"):
+        path.write_bytes(_bbc_text().encode(kind))  # Python writes the byte-order mark
+    else:
+        _compressed(kind, _bbc_text(), path)
+    before = snapshot(tmp_path)
+    code = main(["prepare", "--corpus", str(path), "--out", str(tmp_path / "shards"), *PREPARE,
+                 "--encoding-errors", "replace"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert_one_clear_error(err, [str(path), *words, "even with --encoding-errors replace"])
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_the_offered_iconv_command_makes_a_utf16_file_readable(tmp_path, capsys):
+    path = tmp_path / "news.txt"
+    path.write_bytes(_bbc_text().encode("utf-16"))
+    assert main(["prepare", "--corpus", str(path), "--out", str(tmp_path / "a"), *PREPARE]) == 2
+    command = capsys.readouterr().err.split("e.g. `")[1].split("`")[0]
+    done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True)
+    if done.returncode == 127:
+        pytest.skip("iconv is not installed here")
+    assert done.returncode == 0, done.stderr
+    converted = tmp_path / "news.utf8.txt"
+    assert main(["prepare", "--corpus", str(converted), "--out", str(tmp_path / "b"),
+                 *PREPARE]) == 0, capsys.readouterr().err
+    assert "\x00" not in converted.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("suffix", [".xhtml", ".svg", ".rss"])
+def test_markup_files_are_refused_as_markup(tmp_path, capsys, suffix):
+    path = tmp_path / f"page{suffix}"
+    path.write_text("<?xml version='1.0'?><root><p>The shares rose.</p></root>\n", encoding="utf-8")
+    assert main(["prepare", "--corpus", str(path), "--out", str(tmp_path / "s"), *PREPARE]) == 2
+    assert_one_clear_error(capsys.readouterr().err, [str(path), "file, and its syntax would be "
+                                                                "read as sentences", ".jsonl"])
+
+
+def test_a_txt_link_to_rows_is_read_as_the_rows_it_leads_to(tmp_path):
+    docs = load_corpus("bbc")[:12]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in docs), encoding="utf-8")
+    (tmp_path / "news.txt").symlink_to(rows)
+    read = load_corpus(tmp_path / "news.txt")
+    assert [d.text for d in read] == [d.text for d in load_corpus(rows)]
+    assert not any('{"text"' in d.text for d in read)  # never the raw JSON

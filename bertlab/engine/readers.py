@@ -338,6 +338,8 @@ def _iter_path(path: Path, errors: str, counts: dict[str, int],
             )
         _check_no_fields(path, "a folder of .txt files", fields)
         return iter_folder(path, errors, counts)
+    if path.is_symlink():  # a link is read as what it leads to: news.txt -> rows.jsonl is rows
+        path = path.resolve()
     if row_format(path):
         return iter_rows(path, fields, errors=errors, counts=counts)
     suffix = Path(path.name[:-3] if path.name.lower().endswith(".gz") else path.name).suffix
@@ -354,7 +356,8 @@ def _iter_path(path: Path, errors: str, counts: dict[str, int],
 
 # Files whose syntax is not text to learn from: refused by name rather than read line by line.
 # (JSON Lines, CSV, TSV and Parquet are read as rows: bertlab.engine.records.)
-_STRUCTURED = {".json": "JSON", ".xml": "XML", ".html": "HTML", ".htm": "HTML"}
+_STRUCTURED = {".json": "JSON", ".xml": "XML", ".html": "HTML", ".htm": "HTML",
+               ".xhtml": "XHTML", ".svg": "SVG (XML)", ".rss": "RSS (XML)", ".atom": "Atom (XML)"}
 
 
 def _iter_named(name: str, errors: str) -> Iterator[Document]:

@@ -59,8 +59,43 @@ READ_COUNTS = ("long_lines_split", "documents_split", "folders_skipped", "hidden
 ARTEFACT_KINDS = ("run", "shards", "hf", "checkpoint")
 
 
+# What a file's first bytes say it is, when that is no UTF-8 text: (magic, what, the command that
+# makes it readable; {name} is the file, {stem} its name without the compression suffix).
+_NOT_UTF8 = (
+    (b"\xff\xfe\x00\x00", "UTF-32 text (its byte-order mark is FF FE 00 00)",
+     "iconv -f UTF-32 -t UTF-8 '{name}' > '{stem}.utf8.txt'"),
+    (b"\x00\x00\xfe\xff", "UTF-32 text (its byte-order mark is 00 00 FE FF)",
+     "iconv -f UTF-32 -t UTF-8 '{name}' > '{stem}.utf8.txt'"),
+    (b"\xff\xfe", "UTF-16 text (its byte-order mark is FF FE)",
+     "iconv -f UTF-16 -t UTF-8 '{name}' > '{stem}.utf8.txt'"),
+    (b"\xfe\xff", "UTF-16 text (its byte-order mark is FE FF)",
+     "iconv -f UTF-16 -t UTF-8 '{name}' > '{stem}.utf8.txt'"),
+    (b"BZh", "bzip2-compressed", "bunzip2 -k '{name}'"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz -k '{name}'"),
+    (b"PK\x03\x04", "a zip archive", "unzip '{name}' -d '{stem}'"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd '{name}'"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive", "7z x '{name}'"),
+)
+
+
+def check_text_bytes(head: bytes, name: str) -> None:
+    """Raise ValueError when a file's first bytes say it is UTF-16 or UTF-32 text, or compressed
+    by anything but gzip (which is read): decoded as UTF-8, even with errors="replace", it would
+    be text full of NULs or noise. The message gives the command that converts it."""
+    for magic, what, command in _NOT_UTF8:
+        if head.startswith(magic):
+            stem = Path(name).name.rsplit(".", 1)[0] if "." in Path(name).name else Path(name).name
+            fix = command.format(name=name, stem=str(Path(name).with_name(stem)))
+            raise ValueError(f"file '{name}' is {what}, not UTF-8 text, and read as UTF-8 (even "
+                             f"with --encoding-errors replace) it would be noise; convert it "
+                             f"first, e.g. `{fix}`, and pass what that writes")
+
+
 def decode_utf8(data: bytes, name: str, errors: str, offset: int = 0) -> str:
-    """Return `data` decoded as UTF-8; `offset` is where `data` starts in the file (for the error)."""
+    """Return `data` decoded as UTF-8; `offset` is where `data` starts in the file (for the error).
+    At offset 0 the first bytes are checked first (`check_text_bytes`)."""
+    if offset == 0:
+        check_text_bytes(data[:8], name)
     try:
         return data.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:
