@@ -33,7 +33,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from bertlab.corpus import SPLITS, Document, split_documents
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, check_type
 from bertlab.masking import (
     BERT_MASKING,
     MaskingConfig,
@@ -712,6 +712,9 @@ def pretraining_loader(
                        "(folder, tokenizer, split=..., seed=..., options=...), which checks what "
                        "it holds and reads its examples from disk, or a corpus's Documents "
                        "(bertlab.load_corpus(path))")
+    check_type(seed, int, "pretraining_loader(seed)", "a whole number", "pass e.g. seed=0")
+    check_type(source, Sized, "pretraining_loader(source)", "a list of Documents or examples",
+               "pass bl.load_corpus(...) or bl.create_nsp_examples(...)")
     options = checked_loader_options(options, split)
     schedule = options.mask_schedule or ("dynamic" if split in ("train", None) else "static")
     examples = _examples(source, tokenizer, split, options, seed, word_ids is not None)
@@ -841,7 +844,7 @@ def _examples(
             )
         return _built_examples(chosen, tokenizer, options, seed)
     kind = type(items[0]).__name__ if items else "nothing"
-    raise ValueError(f"pretraining_loader takes Documents, Examples (bertlab.pairs) or a "
+    raise ValueError(f"pretraining_loader(source) takes Documents, Examples (bertlab.pairs) or a "
                      f"shard folder's stored examples (bertlab.engine.shards.shard_loader "
                      f"reads them); got {kind}")
 

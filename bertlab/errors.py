@@ -32,6 +32,23 @@ class BadInput(ValueError):
         super().__init__(f"{what}: {problem}; {fix}")
 
 
+class BadType(BadInput, TypeError):
+    """An argument of the wrong type: a `BadInput` (one `error:` line, exit 2, the argument, its
+    value and the fix) that is also the TypeError Python code expects for a wrong type."""
+
+
+def check_type(value: Any, types: type | tuple[type, ...], argument: str, wanted: str,
+               fix: str) -> None:
+    """Raise `BadType` naming `argument`, its value and `fix` unless `value` is one of `types`
+    (`wanted` says them in words: "a tokenizers.Tokenizer"). A bool is no number here."""
+    ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in
+                                           (types if isinstance(types, tuple) else (types,)))
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise BadType(f"{argument}={shown}", f"is a {type(value).__name__}, not {wanted}", fix)
+
+
 # errno -> what to do about it, for OSErrors that reach main().
 OS_ERROR_FIXES = {
     errno.ENOSPC: "free some disk space or write to another disk; files are written whole or "

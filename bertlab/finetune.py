@@ -38,7 +38,7 @@ from torch import nn
 
 from bertlab.corpus import SPLITS, Document
 from bertlab.data import EpochLoader, EpochShuffleSampler
-from bertlab.errors import BadInput, check_number
+from bertlab.errors import BadInput, check_number, check_type
 from bertlab.model import BertConfig, BertForSequenceClassification, BertModel
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Objective, TrainConfig, train_loop
@@ -215,11 +215,9 @@ def bert_encoder(model: nn.Module, max_seq_len: int | None = None) -> BertModel:
     """Return the `BertModel` inside a bertlab model, checking it has positions for
     `max_seq_len` tokens when given."""
     encoder = model if isinstance(model, BertModel) else getattr(model, "bert", None)
-    if not isinstance(encoder, BertModel):
-        raise TypeError(
-            f"expected a bertlab BertModel, BertForPreTraining or BertForSequenceClassification, "
-            f"got {type(model).__name__}"
-        )
+    check_type(encoder, BertModel, "model", "a bertlab BertModel, BertForPreTraining or "
+               "BertForSequenceClassification", "pass a model bl.load_model or "
+               "bl.BertForPreTraining gives")
     positions = encoder.config.max_position_embeddings
     if max_seq_len is not None and max_seq_len > positions:
         raise ValueError(f"max_seq_len={max_seq_len} is longer than the model's "
@@ -410,6 +408,9 @@ def linear_probe(model: nn.Module, docs: Sequence[Document], labels: Sequence[st
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
+    check_type(model, nn.Module, "linear_probe(model)", "a bertlab model",
+               "pass the model bl.load_model gives")
+    check_inputs("linear_probe", docs, tokenizer)
     config = config or ProbeConfig()
     if config.max_seq_len is None:
         raise ValueError("linear_probe: ProbeConfig.max_seq_len=None reads whole documents as "
@@ -640,6 +641,12 @@ def finetune_classifier(
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
+    check_type(pretrained, (nn.Module, BertConfig), "finetune_classifier(pretrained)",
+               "a bertlab model or a BertConfig", "pass the model bl.load_model gives, or a "
+               "BertConfig for a random start")
+    check_inputs("finetune_classifier", docs, tokenizer)
+    check_type(config, (FinetuneConfig, TrainConfig, type(None)), "finetune_classifier(config)",
+               "a FinetuneConfig, a TrainConfig or None", "pass bl.FinetuneConfig(...)")
     if isinstance(config, TrainConfig):  # the loop's settings as given; inputs as the defaults
         if config.unpad:
             raise ValueError("finetune: TrainConfig.unpad=True is a pretraining setting; the "
@@ -708,8 +715,22 @@ def from_scratch(model_config: BertConfig | nn.Module, docs: Sequence[Document],
 # Every method side by side
 
 
+def check_inputs(caller: str, docs: Sequence[Document], tokenizer: Tokenizer) -> None:
+    """Raise `BadInput` naming `caller`'s argument unless `docs` is a list of Documents and
+    `tokenizer` a tokenizers.Tokenizer."""
+    check_type(docs, (list, tuple), f"{caller}(docs)", "a list of Documents",
+               "pass the documents bl.load_corpus (or load_task) returns")
+    if not docs:
+        raise BadInput(f"{caller}(docs=[])", "holds no document",
+                       "pass the documents bl.load_corpus (or load_task) returns")
+    check_type(tokenizer, Tokenizer, f"{caller}(tokenizer)", "a tokenizers.Tokenizer",
+               "pass the tokenizer the model was trained with")
+
+
 def check_methods(methods: Sequence[str]) -> None:
     """Raise if `methods` names one that is not in `METHODS`."""
+    check_type(methods, (list, tuple, str), "methods", "a list of method names",
+               f"pass a list of one or more of {list(METHODS)}")
     if isinstance(methods, str) or not methods:
         raise BadInput(f"methods={methods!r}", "names no method" if not isinstance(methods, str)
                        else "is one string, not a list of names",
@@ -810,6 +831,11 @@ def format_table(results: Sequence[ClassificationResult] | Sequence[dict]) -> st
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
+    check_type(results, (list, tuple), "format_table(results)", "a list of results",
+               "pass what compare_methods or bl.compare_downstream returns")
+    if not results:
+        raise BadInput("format_table(results=[])", "holds no result", "pass what "
+                       "compare_methods or bl.compare_downstream returns (one or more)")
     rows = list(results)
     if rows and isinstance(rows[0], ClassificationResult):
         rows = summarize(rows)

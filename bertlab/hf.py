@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 import re
 import warnings
@@ -30,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bertlab.data import PretrainingCollator
+from bertlab.errors import BadType, check_type
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
 
@@ -241,8 +243,9 @@ def hf_config_dict(model: BertForPreTraining | BertForSequenceClassification,
     elif isinstance(model, BertForPreTraining):
         out["architectures"] = ["BertForPreTraining"]
     else:
-        raise TypeError(f"save_hf takes BertForPreTraining or BertForSequenceClassification, "
-                        f"got {type(model).__name__}")
+        raise BadType(f"save_hf(model={type(model).__name__})", "is not a bertlab "
+                      "BertForPreTraining or BertForSequenceClassification",
+                      "pass a model bl.load_model or bl.BertForPreTraining gives")
     return dict(sorted(out.items()))
 
 
@@ -409,6 +412,8 @@ def load_hf(
 
     Taught in notebooks/04_encoder.ipynb
     """
+    check_type(folder, (str, os.PathLike), "load_hf(folder)", "a path",
+               "pass a Hugging Face folder's path as a str or pathlib.Path")
     folder = Path(folder)
     if not folder.is_dir():
         raise ModelFolderMissingError(f"model folder '{folder}' does not exist; check the path")

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlab.errors import check_type
 from bertlab.masking import IGNORE_INDEX  # -100: a label that is not predicted
 
 # BERT miniatures (Turc et al. 2019) plus BERT-base: (layers, hidden size, attention heads).
@@ -314,6 +315,8 @@ class BertModel(nn.Module):
 
     def __init__(self, config: BertConfig, generator: torch.Generator | None = None):
         super().__init__()
+        check_type(config, BertConfig, "config", "a bertlab BertConfig",
+                   "pass BertConfig.preset('tiny', vocab_size=...) or a BertConfig(...)")
         self.config = config
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
@@ -513,6 +516,7 @@ class BertForSequenceClassification(nn.Module):
     def __init__(self, config: BertConfig, num_labels: int,
                  generator: torch.Generator | None = None):
         super().__init__()
+        check_type(num_labels, int, "num_labels", "a whole number", "pass the number of classes")
         if num_labels < 1:
             raise ValueError(f"num_labels must be >= 1, got {num_labels}")
         self.config = config

@@ -30,6 +30,7 @@ import torch
 from tokenizers import Tokenizer
 
 from bertlab.corpus import Document
+from bertlab.errors import BadType, check_type
 from bertlab.masking import IGNORE_INDEX, example_seed
 from bertlab.tokenizer import SpecialIds, encode_sentences, special_ids
 
@@ -168,7 +169,8 @@ def tokenize_corpus(
     counts: list[int] = []
     for doc in docs:
         if not isinstance(doc, Document):
-            raise TypeError(f"tokenize_corpus takes Documents, got {type(doc).__name__}")
+            raise BadType(f"docs=[... {doc!r:.40} ...]", f"holds a {type(doc).__name__}, not "
+                          f"Documents", "pass the list bl.load_corpus returns")
         sents = ([doc.title] if include_title and doc.title else []) + list(doc.sentences)
         flat.extend(sents)
         counts.append(len(sents))
@@ -194,8 +196,10 @@ def as_tokenized(docs: Sequence[Document] | TokenizedCorpus, tokenizer: Tokenize
     bare SpecialIds."""
     if isinstance(docs, TokenizedCorpus):
         return docs
-    if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(f"{caller} needs a tokenizers.Tokenizer to tokenize Documents")
+    check_type(docs, Iterable, f"{caller}(docs)", "a list of Documents",
+               "pass the list bl.load_corpus returns")
+    check_type(tokenizer, Tokenizer, f"{caller}(tokenizer)", "a tokenizers.Tokenizer (it "
+               "tokenizes the Documents)", "pass the tokenizer bl.train_tokenizer returns")
     return tokenize_corpus(list(docs), tokenizer)
 
 
@@ -250,7 +254,7 @@ def check_enough_documents(documents: int, name: str, negatives: bool = True) ->
     """Raise ValueError (naming the fix) unless `documents`, the documents with text of the
     corpus called `name`, are enough: one, or two when NotNext B comes from another document."""
     if documents == 0:
-        raise ValueError(f"{name} is empty: no document has a sentence with text; pass documents "
+        raise ValueError(f"{name} (docs) is empty: no document has a sentence with text; pass documents "
                          f"with sentences (bertlab.load_corpus)")
     if documents < 2 and negatives:
         raise ValueError(f"{name} has 1 document; NSP needs at least 2 (negatives come from other "
@@ -416,6 +420,9 @@ def create_nsp_examples(
 
     Taught in notebooks/03_nsp_data.ipynb.
     """
+    check_type(seed, int, "create_nsp_examples(seed)", "a whole number", "pass e.g. seed=0")
+    check_type(max_seq_len, int, "create_nsp_examples(max_seq_len)", "a whole number",
+               "pass e.g. max_seq_len=128")
     check_nsp_settings(max_seq_len, short_seq_prob, balance, dupe_factor)
     if not negatives and balance != "exact":
         raise ValueError(f"negatives=False needs balance='exact' (Google's rule makes every "

@@ -27,7 +27,7 @@ from bertlab.config import check_train_config
 from bertlab.data import Batch, RunData, run_data_of
 from bertlab.engine.fast import FastPretraining, compiled_target_share, fast_inputs
 from bertlab.engine.hooks import check_loader_batch
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, check_number, check_type
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertForPreTraining, loss_counts
 from bertlab.pairs import OBJECTIVES, SINGLE, check_objectives, pair_objective
@@ -152,6 +152,15 @@ def pretrain(model: nn.Module, train_loader: Iterable[Batch],
 
     Taught in notebooks/05_pretraining.ipynb
     """
+    check_type(model, BertForPreTraining, "pretrain(model)", "a bertlab BertForPreTraining",
+               "pass bl.BertForPreTraining(config), or the model bl.load_model gives")
+    check_type(train_loader, Iterable, "pretrain(train_loader)", "a loader of batches",
+               "pass bl.pretraining_loader(...)")
+    if isinstance(val_loader, Sized) and not isinstance(val_loader, dict) and not len(val_loader):
+        raise BadInput("pretrain(val_loader=[])", "holds no batch",
+                       "pass bl.pretraining_loader(..., split='validation'), or None")
+    check_type(objectives, (str, list, tuple), "pretrain(objectives)", "a list of objective "
+               "names", "pass e.g. ('mlm', 'nsp') or ('mlm',)")
     check_train_config(config, "pretrain")
     # A resume is checked against its checkpoint instead (the objectives, the data's digest),
     # which names what the run was started with.
@@ -329,6 +338,10 @@ def evaluate(model: nn.Module, loader: Iterable[Batch], max_batches: int | None 
 
 
 def _check_evaluate(model: nn.Module, loader: object, max_batches: object) -> None:
+    check_type(model, nn.Module, "evaluate(model)", "a bertlab model",
+               "pass the model bl.load_model or bl.BertForPreTraining gives")
+    check_type(loader, Iterable, "evaluate(loader)", "a loader of batches",
+               "pass bl.pretraining_loader(..., split='validation')")
     # Zero batches would reach the "no MLM targets" error, which blames the loader.
     if hasattr(model, "config"):
         check_loader_fits(loader, model.config.vocab_size, "evaluate")
@@ -397,8 +410,10 @@ def fill_mask(model: BertForPreTraining, tokenizer: Tokenizer, text: str,
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    check_type(model, BertForPreTraining, "fill_mask(model)", "a bertlab BertForPreTraining",
+               "pass the model bl.load_model or bl.BertForPreTraining gives")
+    check_type(text, str, "fill_mask(text)", "a string", "pass one text with [MASK] in it")
+    check_number("fill_mask", "top_k", top_k, "positive integer")
     check_tokenizer_fits(tokenizer, model.config.vocab_size, "fill_mask")
     mask_id = special_ids(tokenizer).mask
     encoding = tokenizer.encode(text)

@@ -45,7 +45,7 @@ from tokenizers import (
 )
 
 from bertlab.corpus import Document
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, BadType, check_type
 
 # --------------------------------------------------------------------------------------------
 # Learning a WordPiece vocabulary: BERT's text normalization, word counts and the merge loop
@@ -67,9 +67,9 @@ def iter_texts(docs_or_texts: Iterable[Document | str]) -> Iterator[str]:
         elif isinstance(item, str):
             yield item
         else:
-            raise TypeError(
-                f"train_tokenizer takes Documents or strings, got {type(item).__name__}"
-            )
+            raise BadType(f"train_tokenizer(docs_or_texts=[... {item!r:.40} ...])",
+                          f"holds a {type(item).__name__}, not Documents or strings",
+                          "pass a list of Documents (bl.load_corpus) or of texts")
 
 
 def wordpiece_model(vocab: dict[str, int] | None = None) -> models.WordPiece:
@@ -279,11 +279,9 @@ def special_ids(tokenizer: Tokenizer | SpecialIds) -> SpecialIds:
     """
     if isinstance(tokenizer, SpecialIds):
         return tokenizer
-    if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(
-            f"expected a tokenizers.Tokenizer or bertlab.tokenizer.SpecialIds, "
-            f"got {type(tokenizer).__name__}"
-        )
+    check_type(tokenizer, Tokenizer, "tokenizer", "a tokenizers.Tokenizer or "
+               "bertlab.tokenizer.SpecialIds", "pass the tokenizer bl.train_tokenizer returns "
+               "(or bertlab.tokenizer.load_tokenizer reads)")
     ids = {}
     for token in SPECIAL_TOKENS:
         token_id = tokenizer.token_to_id(token)
@@ -409,6 +407,11 @@ def train_tokenizer(
 
     Taught in notebooks/01_corpus_and_tokenizer.ipynb.
     """
+    if not isinstance(docs_or_texts, str):
+        check_type(docs_or_texts, Iterable, "train_tokenizer(docs_or_texts)", "a list of "
+                   "Documents or texts", "pass bl.load_corpus(...) or a list of strings")
+    check_type(cache, bool, "train_tokenizer(cache)", "True or False",
+               "pass cache=True to keep it on disk, cache=False not to")
     if isinstance(docs_or_texts, str):
         raise ValueError(
             "train_tokenizer: got one string; pass a list of texts (or Documents), e.g. [text]"
@@ -443,7 +446,8 @@ def train_tokenizer(
     if counts is None:
         counts = count_words(docs_or_texts, lowercase)
     if not counts:
-        raise ValueError("train_tokenizer: the corpus has no text; pass documents with sentences")
+        raise ValueError("train_tokenizer(docs_or_texts): the corpus has no text; pass documents "
+                         "with sentences")
 
     tok = build_untrained_tokenizer(lowercase)
     tok.model = wordpiece_model(
@@ -694,6 +698,8 @@ def check_tokenizer_fits(tokenizer: Tokenizer, vocab_size: int, where: str) -> N
     ids mean other words (silently wrong answers), with more they index past the embedding
     table. `where` names the input in the message.
     """
+    check_type(tokenizer, Tokenizer, f"{where}(tokenizer)", "a tokenizers.Tokenizer",
+               "pass the tokenizer the model was trained with")
     size = tokenizer.get_vocab_size()
     if size != vocab_size:
         raise ValueError(f"{where}: the tokenizer has {size} tokens but the model's vocabulary "

@@ -41,6 +41,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bertlab.engine.device import resolve_newton_schulz
+
 REPO = Path(__file__).resolve().parents[2]
 # A history row's fields that depend on the machine and its load, not on the stream.
 TIMING = ("elapsed_s", "tokens_per_s")
@@ -112,8 +114,6 @@ def trace_env(newton_schulz: str) -> dict[str, str]:
 def newton_schulz_here() -> str:
     """Return the Newton-Schulz dtype a CPU run resolves "auto" to on this machine."""
     import torch
-
-    from bertlab.engine.device import resolve_newton_schulz
 
     return resolve_newton_schulz("auto", torch.device("cpu"))
 

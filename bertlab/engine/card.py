@@ -13,6 +13,7 @@ step, keeping the user's own files there; `export_run` exports a run folder with
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from bertlab.engine.loading import check_model_folder
 from bertlab.engine.outputs import check_output
 from bertlab.engine.recipes import RECIPES, Recipe
 from bertlab.engine.sizes import count_parameters
+from bertlab.errors import check_type
 from bertlab.hf import CARD_MARK, config_from_hf, hf_files, write_hf
 from bertlab.model import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import check_tokenizer_fits, load_tokenizer
@@ -269,6 +271,13 @@ def save_hf(
 
     Taught in notebooks/04_encoder.ipynb
     """
+    check_type(model, (BertForPreTraining, BertForSequenceClassification), "save_hf(model)",
+               "a bertlab BertForPreTraining or BertForSequenceClassification",
+               "pass the model bl.load_model or bl.BertForPreTraining gives")
+    check_type(tokenizer, (Tokenizer, type(None)), "save_hf(tokenizer)",
+               "a tokenizers.Tokenizer or None", "pass the tokenizer the model was trained with")
+    check_type(out_dir, (str, os.PathLike), "save_hf(out_dir)", "a path",
+               "pass the export folder's path as a str or pathlib.Path")
     out_dir = Path(out_dir)
     sweep_dead_writers(through_link(out_dir))  # a killed export's set-aside copy back first
     kind = folder_kind(out_dir)

@@ -9,13 +9,14 @@ length fine-tuning reads by default.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from bertlab.engine.checkpoint import latest_checkpoint, load_run, read_run_json
 from bertlab.engine.files import describe_kind, folder_kind
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, check_type
 from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
 from bertlab.model import BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import check_tokenizer_fits
@@ -62,6 +63,8 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
     None when there is none, unless `require_tokenizer`, which makes its absence a ValueError.
     A tokenizer whose size is not the model's vocabulary is refused (`check_tokenizer_fits`).
     """
+    check_type(path, (str, os.PathLike), "load_model(path)", "a path",
+               "pass a run or Hugging Face folder's path as a str or pathlib.Path")
     path = Path(path)
     if check_model_folder(path, kinds) == "run":
         model, tok = load_run(path)

@@ -423,7 +423,7 @@ class DataPosition:
                 batch = next(self._iter)
             except StopIteration:
                 if self.offset == 0:
-                    raise ValueError("the training loader is empty; it needs at least one "
+                    raise ValueError("the training loader (train_loader) is empty; it needs at least one "
                                      "batch") from None
                 self.epoch, self.offset = self.epoch + 1, 0
                 self._start_epoch()

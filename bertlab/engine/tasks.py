@@ -11,6 +11,7 @@ Hugging Face folder, opened with `bertlab.engine.loading.load_model`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from bertlab.engine.loading import load_model
 from bertlab.engine.readers import load_corpus
 from bertlab.engine.records import row_format
 from bertlab.engine.textfiles import ARTEFACT_KINDS, folder_contents
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, check_type
 from bertlab.finetune import ClassificationResult, FinetuneConfig
 from bertlab.model import BertConfig
 from bertlab.tokenizer import check_tokenizer_fits
@@ -146,6 +147,12 @@ def compare_downstream(
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
     # The methods and the tokenizer are refused before the task is read, which can take a while.
+    check_type(pretrained, nn.Module, "compare_downstream(pretrained)", "a bertlab model",
+               "pass the model bl.load_model gives")
+    check_type(tokenizer, Tokenizer, "compare_downstream(tokenizer)", "a tokenizers.Tokenizer",
+               "pass the tokenizer the model was trained with")
+    check_type(config, (FinetuneConfig, type(None)), "compare_downstream(config)",
+               "a FinetuneConfig or None", "pass bl.FinetuneConfig(...)")
     finetune.check_methods(methods)
     config = config or FinetuneConfig()
     check_tokenizer_fits(tokenizer, finetune.bert_encoder(pretrained).config.vocab_size,
@@ -173,7 +180,7 @@ def finetune_classifier(
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    if isinstance(pretrained, (str, Path)):
+    if isinstance(pretrained, (str, os.PathLike)):
         pretrained = load_model(pretrained)[0]
     return finetune.finetune_classifier(pretrained, docs, labels, tokenizer=tokenizer,
                                         config=config, k_per_class=k_per_class, out_dir=out_dir,
