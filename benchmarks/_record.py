@@ -31,6 +31,22 @@ def _setting(value: Any) -> Any:
     return repo_relative(value) if isinstance(value, Path) else value
 
 
+def check_common(threads: int, out: Path, models: Sequence[Path] = ()) -> None:
+    """Raise `BadInput` (the scripts print it as one `error:` line, exit 2) for a thread count
+    below 1, an --out that is a folder, or a model folder without the MANIFEST.json of a shipped
+    model, before any work."""
+    from bertlab.errors import BadInput
+
+    if threads < 1:
+        raise BadInput(f"--threads {threads}", "must be at least 1", "pass --threads 1 or more")
+    if out.is_dir():
+        raise BadInput(f"--out {out}", "is a folder", "pass the path of a .json file")
+    for folder in models:
+        if not (Path(folder) / "MANIFEST.json").is_file():
+            raise BadInput(f"--models {folder}", "is no shipped model (no MANIFEST.json there)",
+                           "pass folders under models/, e.g. models/course-nsp")
+
+
 def write_record(script: str, args: Namespace, argv: Sequence[str] | None, out: Path,
                  **measured: Any) -> None:
     """Write `measured` to `out` as JSON, after the command that produced it and the machine."""

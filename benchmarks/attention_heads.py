@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 from _record import (  # benchmarks/ is on sys.path when run as a script
     REPO,
+    check_common,
     repo_relative,
     write_record,
 )
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.samples < 1 or args.per_sample < 1:
         raise BadInput("--samples / --per-sample", "must be at least 1", "pass positive counts")
+    check_common(args.threads, args.out, args.models)
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     validation = split_documents(load_corpus(args.corpus))["validation"]

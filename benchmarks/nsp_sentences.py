@@ -43,18 +43,23 @@ import json
 import random
 import re
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from _record import REPO, write_record  # benchmarks/ is on sys.path when run as a script
+from _record import (  # benchmarks/ is on sys.path when run as a script
+    REPO,
+    check_common,
+    write_record,
+)
 from tokenizers import Tokenizer
 
 from bertlab.corpus import split_documents
 from bertlab.engine.loading import load_model
 from bertlab.engine.readers import load_corpus
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, run_reporting
 from bertlab.pairs import (
     IN_ORDER,
     IS_NEXT,
@@ -71,6 +76,7 @@ from bertlab.tokenizer import special_ids
 RESULTS = REPO / "benchmarks" / "results"
 MODELS = {"course-nsp": REPO / "models" / "course-nsp", "course-mlm": REPO / "models" / "course-mlm"}
 SIDES = (1, 2, 3)  # sentences per side
+MAX_SIDES = 6  # BBC sentences average about 25 tokens: 2 x 6 of them overflow 128 tokens
 
 # Function words and the commonest words of news copy: sharing one of them says nothing about
 # whether two passages belong together.
@@ -309,6 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs < 4 or args.draws < 1 or min(args.sides) < 1:
         parser.error(f"--pairs {args.pairs}, --draws {args.draws}, --sides {args.sides}: pass "
                      f"at least 4 pairs, 1 draw and sides of 1 sentence or more")
+    if max(args.sides) > MAX_SIDES:
+        raise BadInput(f"--sides {' '.join(map(str, args.sides))}", f"asks for more than "
+                       f"{MAX_SIDES} sentences a side, which no pair of the models' length holds",
+                       f"pass sides from 1 to {MAX_SIDES}")
+    check_common(args.threads, args.out, list(MODELS.values()))
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     manifests = {n: json.loads((p / "MANIFEST.json").read_text()) for n, p in MODELS.items()}
@@ -353,4 +364,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Bad input ends in one `error:` line (exit 2), as in `python -m bertlab`.
+    sys.exit(run_reporting(main))

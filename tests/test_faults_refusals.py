@@ -95,3 +95,19 @@ def test_compare_methods_refuses_an_empty_list_instead_of_returning_nothing(argu
     name = next(iter(argument))
     with pytest.raises(BadInput, match=name):
         compare_methods(model, tok, docs, **argument)
+
+
+@pytest.mark.parametrize("command, words", [
+    ("nsp_sentences.py --threads 0", ["--threads 0", "at least 1"]),
+    ("nsp_sentences.py --sides 99", ["--sides 99", "pass sides from 1 to 6"]),
+    ("nsp_sentences.py --out {tmp}", ["--out {tmp}", "is a folder", ".json file"]),
+    ("attention_heads.py --models {tmp}/none", ["--models {tmp}/none", "no MANIFEST.json"]),
+    ("attention_heads.py --threads 0", ["--threads 0", "at least 1"]),
+], ids=["nsp-threads", "nsp-sides", "nsp-out-folder", "heads-missing-model", "heads-threads"])
+def test_the_benchmark_scripts_refuse_bad_arguments_in_one_line(tmp_path, command, words):
+    script, *args = command.format(tmp=tmp_path).split()
+    done = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "benchmarks" / script),
+                           *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert_one_clear_error(done.stderr, [w.format(tmp=tmp_path) for w in words])
+    assert list(tmp_path.iterdir()) == []
