@@ -248,3 +248,18 @@ def test_the_doctor_times_notebook_05_on_the_threads_that_notebook_sets():
     code = "\n".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code")
     assert re.findall(r"torch\.set_num_threads\((.*)\)", code) == ["notebook05_threads()"]
     assert "STEPS = NOTEBOOK05_STEPS" in code
+
+
+@pytest.mark.parametrize("seconds", ["inf", "nan"])
+def test_seconds_must_be_finite(capsys, seconds):
+    assert main(["doctor", "--seconds", seconds]) == 2
+    assert f"--seconds {seconds}" in capsys.readouterr().err
+
+
+def test_a_dangling_cache_link_fails_the_cache_check(monkeypatch, tmp_path):
+    link = tmp_path / "cache"
+    link.symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("BERTLAB_CACHE", str(link))
+    result = doctor.check_cache()
+    assert result.status == "FAIL" and "does not exist" in result.message
+    assert "make the folder it leads to" in result.fix

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -447,6 +448,12 @@ def check_cache() -> Check:
     fix = ("set BERTLAB_CACHE to a folder you may write (e.g. export BERTLAB_CACHE=~/bertlab-cache)"
            if env else "make ~/.cache writable, or set BERTLAB_CACHE to a folder you may write")
     path = cache
+    for part in [cache, *cache.parents]:  # a link to nothing cannot be made into a folder
+        if part.is_symlink() and not part.exists():
+            return Check("cache", "FAIL", f"{named}: {_shown(part)} is a link to "
+                         f"{os.readlink(part)}, which does not exist, so trained tokenizers "
+                         f"cannot be cached", f"make the folder it leads to, or remove the link; "
+                         f"{fix}")
     while not path.exists() and path != path.parent:  # made on first use: its parent must allow it
         path = path.parent
     for part in [path, *path.parents]:
@@ -552,7 +559,7 @@ def run_doctor(seconds: float = 20.0, checks: Sequence[tuple[str, Callable[[], C
     One line per check as it finishes, then a summary. `checks` defaults to `default_checks
     (seconds)`; a check that raises is reported as that check's failure with its error.
     """
-    if not seconds > 0:
+    if not (seconds > 0 and math.isfinite(seconds)):  # inf would time forever, then say FAIL
         raise ValueError(f"--seconds {seconds:g}: pass a positive number of seconds to time "
                          f"training for (default: 20)")
     checks = default_checks(seconds) if checks is None else checks
