@@ -363,6 +363,10 @@ def _load_verified(path: Path) -> Tokenizer | None:
     return None
 
 
+class EmptyCorpus(BadInput):
+    """The texts a tokenizer was to learn from hold no word at all."""
+
+
 def _as_int_hint(value: object) -> str:
     try:
         return str(int(float(str(value))))
@@ -446,8 +450,8 @@ def train_tokenizer(
     if counts is None:
         counts = count_words(docs_or_texts, lowercase)
     if not counts:
-        raise ValueError("train_tokenizer(docs_or_texts): the corpus has no text; pass documents "
-                         "with sentences")
+        raise EmptyCorpus("train_tokenizer(docs_or_texts)", "the corpus has no text",
+                          "pass documents with sentences")
 
     tok = build_untrained_tokenizer(lowercase)
     tok.model = wordpiece_model(

@@ -111,3 +111,35 @@ def test_the_benchmark_scripts_refuse_bad_arguments_in_one_line(tmp_path, comman
     assert done.returncode == 2, done.stderr
     assert_one_clear_error(done.stderr, [w.format(tmp=tmp_path) for w in words])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_on_an_empty_file_names_the_corpus_not_the_tokenizer(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    before = snapshot(tmp_path)
+    assert main(["prepare", "--corpus", str(empty), "--out", str(tmp_path / "s"),
+                 "--vocab-size", "300"]) == 2
+    assert_one_clear_error(capsys.readouterr().err, [f"--corpus {empty}", "holds no text"])
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_a_lock_that_is_a_folder_is_named_before_the_corpus_is_read(tmp_path, capsys):
+    out = tmp_path / "shards"
+    (out / ".lock").mkdir(parents=True)
+    before = snapshot(tmp_path)
+    assert main(["prepare", "--corpus", "bbc", "--out", str(out), "--vocab-size", "300"]) == 2
+    captured = capsys.readouterr()
+    assert_one_clear_error(captured.err, [f"--out {out}", ".lock as a folder", "remove"])
+    assert captured.out == ""  # refused before the corpus was read
+    assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_an_export_with_a_copy_of_its_runs_json_is_still_an_export(stopped_run, tmp_path,
+                                                                  capsys):
+    from bertlab.engine.files import folder_kind
+
+    export = tmp_path / "export"
+    assert main(["export-hf", str(stopped_run["run"]), str(export)]) == 0
+    (export / "run.json").write_bytes((stopped_run["run"] / "run.json").read_bytes())
+    assert folder_kind(export) == "hf"
+    assert main(["fill-mask", str(export), "the [MASK] rose"]) == 0, capsys.readouterr().err

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # only the type hint: this module stays free of the tokenizer
     from tokenizers import Tokenizer
 
 LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
+HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # what makes a config.json an export
 STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{owner}.{random}.tmp
 # Bytes of a target's name kept in its staging name: the tag (owner, random, suffix) needs about
 # 40 more, and a name may have 255.
@@ -398,7 +399,11 @@ def folder_kind(path: str | Path) -> str:
         return "missing"
     if not path.is_dir():
         return "file"
-    if (path / "checkpoints").is_dir() or (path / "run.json").is_file():
+    if (path / "checkpoints").is_dir():
+        return "run"
+    if (path / "config.json").is_file() and any((path / w).is_file() for w in HF_WEIGHTS):
+        return "hf"  # an export, even with a copy of its run's run.json beside it
+    if (path / "run.json").is_file():
         return "run"
     if (path / "meta.json").is_file() or (path / "train" / "meta.json").is_file():
         return "shards"

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertlab.engine.files import (
+    HF_WEIGHTS,
+    LOCK_NAME,
     STAGING_SUFFIX,
     check_output_folder,
     describe_kind,
@@ -32,7 +34,6 @@ _ARTEFACTS = {"run": "the run folder", "checkpoint": "the checkpoint",
 # How far up any folder that looks like an artefact counts: RUN/checkpoints/step-N/FILE. Further
 # up, every ancestor is still looked at, but only one with bertlab's own marks counts.
 _ARTEFACT_DEPTH = 3
-_HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 _NOTHING = "(nothing was written)"
 
 
@@ -54,6 +55,11 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     _check_name_lengths(path, shown)
     if folder:  # what a killed writer set aside is put back first, so the check sees it
         sweep_dead_writers(through_link(path))
+        lock = path / LOCK_NAME
+        if os.path.lexists(lock) and not lock.is_file():  # found now, not after the work
+            raise BadInput(shown, f"holds {lock.name} as a folder or link, where bertlab keeps "
+                                  f"the lock file of whoever writes there",
+                           f"remove {lock} (nothing was written)")
     _check_not_an_input(path, shown, inputs)
     _check_outside_artefacts(path, shown)
     if folder and accept is not None:
@@ -114,7 +120,7 @@ def _check_outside_artefacts(path: Path, shown: str) -> None:
         kind = folder_kind(ancestor)
         if kind not in _ARTEFACTS:
             continue
-        if kind == "hf" and not any((ancestor / name).is_file() for name in _HF_WEIGHTS):
+        if kind == "hf" and not any((ancestor / name).is_file() for name in HF_WEIGHTS):
             continue  # a config.json alone (a project's own) makes no export
         if depth >= _ARTEFACT_DEPTH and not _surely_bertlabs(ancestor, kind):
             continue  # far up, a folder of another tool's may look like one (a checkpoints/)

@@ -41,8 +41,9 @@ from bertlab.engine.files import (
 )
 from bertlab.engine.readers import CORPORA
 from bertlab.engine.streaming import StreamingNspBuilder, StreamOptions, iter_documents
+from bertlab.errors import BadInput
 from bertlab.pairs import NOT_NEXT, SINGLE, Example
-from bertlab.tokenizer import SpecialIds, load_tokenizer, train_tokenizer
+from bertlab.tokenizer import EmptyCorpus, SpecialIds, load_tokenizer, train_tokenizer
 
 SHARD_FORMAT = 1
 
@@ -346,7 +347,13 @@ def prepare_command(
     _check_not_inside_corpus(out, corpus, "--out")
     errors, read = options.errors, options.read or {}
     if tokenizer is None:
-        tok = train_tokenizer(iter_documents(corpus, errors=errors, **read), vocab_size=vocab_size)
+        try:
+            tok = train_tokenizer(iter_documents(corpus, errors=errors, **read),
+                                  vocab_size=vocab_size)
+        except EmptyCorpus:
+            raise BadInput(f"--corpus {corpus}", "holds no text (an empty file, or documents "
+                           "without a sentence)", "pass a file or folder with text in it "
+                           "(nothing was written)") from None
     else:
         iter_documents(corpus, errors=errors, **read)  # checks the corpus path before any work
         tok = load_tokenizer(tokenizer)
