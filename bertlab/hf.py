@@ -324,10 +324,11 @@ def _tokenizer_files(tokenizer: Tokenizer, model_max_length: int) -> dict[str, s
 
 def hf_files(model: BertForPreTraining | BertForSequenceClassification,
              tokenizer: Tokenizer | None, label_names: list[str] | None = None,
-             ) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+             max_length: int | None = None) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """Return what a Hugging Face folder of `model` holds: its text files (name -> text:
-    config.json and, unless `tokenizer` is None, the tokenizer files) and the tensors of
-    model.safetensors. `write_hf` writes them; `bertlab.engine.card.save_hf` does both, into a
+    config.json and, unless `tokenizer` is None, the tokenizer files, whose model_max_length is
+    `max_length`, the length the model was pretrained at, or else its positions) and the
+    tensors of model.safetensors. `write_hf` writes them; `bertlab.engine.card.save_hf` does both, into a
     folder it builds aside and renames into place.
     """
     files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
@@ -336,7 +337,8 @@ def hf_files(model: BertForPreTraining | BertForSequenceClassification,
             raise ValueError(f"tokenizer has {tokenizer.get_vocab_size()} tokens but the model's "
                              f"vocab_size is {model.config.vocab_size}; export the model with "
                              f"the tokenizer it was trained with (nothing was written)")
-        files.update(_tokenizer_files(tokenizer, model.config.max_position_embeddings))
+        files.update(_tokenizer_files(tokenizer, max_length or
+                                      model.config.max_position_embeddings))
     # safetensors refuses views of shared storage (e.g. our qkv split): store contiguous copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone()
                for k, v in to_hf_state_dict(model.state_dict()).items()}

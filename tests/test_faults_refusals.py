@@ -143,3 +143,15 @@ def test_an_export_with_a_copy_of_its_runs_json_is_still_an_export(stopped_run, 
     (export / "run.json").write_bytes((stopped_run["run"] / "run.json").read_bytes())
     assert folder_kind(export) == "hf"
     assert main(["fill-mask", str(export), "the [MASK] rose"]) == 0, capsys.readouterr().err
+
+
+def test_an_export_says_the_length_the_model_was_pretrained_at(stopped_run, tmp_path):
+    import json
+
+    export = tmp_path / "export"
+    assert main(["export-hf", str(stopped_run["run"]), str(export)]) == 0
+    config = json.loads((export / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["model_max_length"] == 64  # SMALL pretrains on 64 tokens, of 512 positions
+    transformers = pytest.importorskip("transformers")
+    tok = transformers.AutoTokenizer.from_pretrained(str(export))
+    assert len(tok("word " * 300, truncation=True)["input_ids"]) == 64

@@ -35,7 +35,7 @@ from bertlab.engine.files import (
     sweep_dead_writers,
     through_link,
 )
-from bertlab.engine.loading import check_model_folder
+from bertlab.engine.loading import check_model_folder, pretrained_length
 from bertlab.engine.outputs import check_output
 from bertlab.engine.recipes import RECIPES, Recipe
 from bertlab.engine.sizes import count_parameters
@@ -256,10 +256,13 @@ def save_hf(
     out_dir: str | Path,
     label_names: list[str] | None = None,
     card: str | None = None,
+    max_length: int | None = None,
 ) -> Path:
     """Return `out_dir` after writing a Hugging Face folder there: config.json,
     model.safetensors, (unless `tokenizer` is None) the tokenizer files (`bertlab.hf.hf_files`)
-    and (with `card`, the text of a model card from `model_card`) README.md.
+    and (with `card`, the text of a model card from `model_card`) README.md. `max_length`, the
+    length the model was pretrained at, is the tokenizer's model_max_length (None: the model's
+    positions), so `transformers` never truncates to positions that had no gradient.
 
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
     a crash never leaves half a model. An existing export there is replaced, and the files in it
@@ -289,7 +292,7 @@ def save_hf(
             f"replaced; choose a new or empty folder (nothing was written)")
     check_output(out_dir, "out_dir", folder=True,  # the guard every writer passes
                  accept=("hf", "other") if kind == "readme" else ("hf",))
-    files, tensors = hf_files(model, tokenizer, label_names)
+    files, tensors = hf_files(model, tokenizer, label_names, max_length)
     replacing = kind in ("hf", "readme")
     if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
         files["README.md"] = card
@@ -368,5 +371,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *,
     check_run_tokenizer(state, tok, run_dir / "tokenizer.json")
     card = model_card(run_facts(run_dir, out_dir, state=state))
     yours = (replacing or readme_only) and is_users_readme(out_dir / "README.md")
-    save_hf(model, tok, out_dir, card=card)
+    length = pretrained_length(run_dir)  # what tokenizers may truncate to: trained positions only
+    save_hf(model, tok, out_dir, card=card, max_length=length[0] if length else None)
     return replacing, yours
