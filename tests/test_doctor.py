@@ -62,14 +62,15 @@ def test_the_whole_doctor_passes_here_with_one_line_per_check(tmp_path, monkeypa
 
 def test_missing_and_old_packages_fail_with_the_pip_command(monkeypatch):
     real = doctor.installed_version
-    fake = {"torch": "2.3.1", "nbval": None}
+    fake = {"torch": "2.3.1", "safetensors": None}  # both of the plain install
     monkeypatch.setattr(doctor, "installed_version",
                         lambda name: fake[name] if name in fake else real(name))
     result = check_packages()
     assert result.status == "FAIL"
-    assert "missing: nbval" in result.message and "torch 2.3.1 (needs >=2.4)" in result.message
+    assert "missing: safetensors" in result.message
+    assert "torch 2.3.1 (needs >=2.4)" in result.message
     assert "-m pip install" in result.fix and '"torch>=2.4"' in result.fix
-    assert '"nbval>=0.11"' in result.fix and "-c constraints.txt" in result.fix
+    assert '"safetensors>=0.4"' in result.fix and "-c constraints.txt" in result.fix
     code, lines = _report([("packages", check_packages), ("cpu", doctor.check_cpu)])
     assert code == 1
     assert lines[1].split()[:2] == ["FAIL", "packages"] and "; fix: " in lines[1]
@@ -178,7 +179,9 @@ def test_widgets_extension_missing_or_disabled_fails(monkeypatch, tmp_path):
 
 
 def test_widgets_package_missing_fails(monkeypatch):
-    monkeypatch.setattr(doctor, "installed_version", lambda name: None)
+    # With JupyterLab there, widgets that will not draw are a failure of the course's setup.
+    monkeypatch.setattr(doctor, "installed_version",
+                        lambda name: "4.2.0" if name == "jupyterlab" else None)
     result = check_widgets()
     assert result.status == "FAIL" and '"ipywidgets>=8.0"' in result.fix
 
@@ -191,11 +194,12 @@ def test_seconds_must_be_positive(capsys):
 def test_an_installed_bertlab_reads_the_same_requirements_from_its_metadata(monkeypatch, tmp_path):
     from_pyproject = doctor.project_requirements()
     monkeypatch.setattr(doctor, "REPO", tmp_path)  # no checkout around the package
-    python, requirements = doctor.project_requirements()
+    python, groups = doctor.project_requirements()
     assert python == from_pyproject[0]
-    assert len(requirements) == len(from_pyproject[1])
-    assert {(r.name, r.specifier) for r in requirements} == \
-        {(r.name, r.specifier) for r in from_pyproject[1]}
+    assert set(groups) == set(from_pyproject[1])  # the same extras
+    for extra, requirements in groups.items():
+        assert {(r.name, r.specifier) for r in requirements} == \
+            {(r.name, r.specifier) for r in from_pyproject[1][extra]}, extra
 
 
 def test_a_slow_machine_fails_the_speed_check_and_says_the_cpu_was_busy(monkeypatch):
@@ -263,3 +267,24 @@ def test_a_dangling_cache_link_fails_the_cache_check(monkeypatch, tmp_path):
     result = doctor.check_cache()
     assert result.status == "FAIL" and "does not exist" in result.message
     assert "make the folder it leads to" in result.fix
+
+
+def test_a_plain_install_warns_of_each_missing_extra_and_fails_nothing(monkeypatch):
+    _, groups = doctor.project_requirements()
+    extras = {r.name for e, reqs in groups.items() if e for r in reqs} - {r.name for r in groups[""]}
+    real = doctor.installed_version
+    monkeypatch.setattr(doctor, "installed_version",
+                        lambda name: None if name in extras | {"jupyterlab_widgets"} else real(name))
+    packages = doctor.check_packages()
+    assert packages.status == "WARN", packages
+    assert "course (jupyterlab, ipywidgets, matplotlib)" in packages.message
+    assert "pip install 'bertlab[course]'" in packages.fix and "bertlab[hf]" in packages.fix
+    assert doctor.check_widgets().status == "WARN"  # no JupyterLab: the library needs none
+
+
+def test_a_missing_package_of_the_plain_install_fails(monkeypatch):
+    real = doctor.installed_version
+    monkeypatch.setattr(doctor, "installed_version",
+                        lambda name: None if name == "safetensors" else real(name))
+    packages = doctor.check_packages()
+    assert packages.status == "FAIL" and "missing: safetensors" in packages.message

@@ -113,8 +113,9 @@ def installed_version(name: str) -> str | None:
         return None
 
 
-def project_requirements() -> tuple[SpecifierSet, list[Requirement]]:
-    """Return requires-python and every requirement of bertlab, its extras included.
+def project_requirements() -> tuple[SpecifierSet, dict[str, list[Requirement]]]:
+    """Return requires-python and bertlab's requirements by extra: "" is the plain install's,
+    then each extra's ("course", "hf", "zh", ..., "dev").
 
     From pyproject.toml in a checkout (what `make setup` installs from, so a stale install
     shows), else from the installed package's metadata.
@@ -123,15 +124,15 @@ def project_requirements() -> tuple[SpecifierSet, list[Requirement]]:
     if tomllib is not None and pyproject.is_file():
         project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
         if project.get("name") == "bertlab":
-            lines = project["dependencies"] + [line for group in project.get(
-                "optional-dependencies", {}).values() for line in group]
-            return SpecifierSet(project.get("requires-python", "")), [Requirement(x) for x in lines]
+            groups = {"": project["dependencies"], **project.get("optional-dependencies", {})}
+            return SpecifierSet(project.get("requires-python", "")), {
+                extra: [Requirement(x) for x in lines] for extra, lines in groups.items()}
     meta = metadata.metadata("bertlab")
-    extras = [""] + (meta.get_all("Provides-Extra") or [])
     requirements = [Requirement(line) for line in metadata.requires("bertlab") or []]
-    return SpecifierSet(meta.get("Requires-Python") or ""), [
-        r for r in requirements if r.marker is None or any(r.marker.evaluate({"extra": e})
-                                                           for e in extras)]
+    return SpecifierSet(meta.get("Requires-Python") or ""), {
+        extra: [r for r in requirements if (r.marker is None) == (extra == "") and
+                (r.marker is None or r.marker.evaluate({"extra": extra}))]
+        for extra in ["", *(meta.get_all("Provides-Extra") or [])]}
 
 
 def constraint_pins() -> dict[str, SpecifierSet]:
@@ -169,8 +170,30 @@ def check_python() -> Check:
 
 
 def check_packages() -> Check:
-    """Return whether every package the project lists is installed, new enough and as pinned."""
-    _, requirements = project_requirements()
+    """Return whether the plain install's packages are there, new enough and as pinned (FAIL
+    when not: the library needs them), and which extras are installed; a missing extra is a
+    WARN with its `pip install` line, the course's named first, since the notebooks need it."""
+    _, groups = project_requirements()
+    missing = {extra: [r.name for r in reqs if installed_version(r.name) is None]
+               for extra, reqs in groups.items() if extra}
+    absent = [e for e, names in missing.items() if names]
+    # The plain install's packages, and those of every extra that is there: present and as pinned.
+    base = check_requirements(groups[""] + [r for e in missing if e not in absent
+                                            for r in groups[e]])
+    if base.status != "OK":
+        return base
+    found = ", ".join(e for e in missing if e not in absent) or "none"
+    if not absent:
+        return Check("packages", base.status, f"{base.message}; extras installed: {found}")
+    what = "; ".join(f"{e} ({', '.join(missing[e])})" for e in sorted(
+        absent, key=lambda e: e != "course"))
+    return Check("packages", "WARN", f"{base.message}; extras installed: {found}; missing: "
+                 f"{what}", " and ".join(f"pip install 'bertlab[{e}]'" for e in absent
+                                         if e != "dev") or "pip install 'bertlab[dev]'")
+
+
+def check_requirements(requirements: list[Requirement]) -> Check:
+    """Return whether every package of `requirements` is installed, new enough and as pinned."""
     pins = constraint_pins()
     missing, old, unpinned = [], [], []
     for req in requirements:
@@ -192,9 +215,9 @@ def check_packages() -> Check:
         found = ", ".join(f"{name} {v} (the course pins {pin})" for name, v, pin in unpinned)
         return Check("packages", "WARN", f"{found}: results will differ from the notebooks' "
                      f"stored outputs", _pip_install(*[f"{n}{pin}" for n, _, pin in unpinned]))
-    shown = ", ".join(f"{n} {installed_version(n)}" for n in ("torch", "tokenizers", "jupyterlab"))
-    return Check("packages", "OK", f"all {len(requirements)} installed as pyproject.toml asks "
-                 f"({shown}, ...)")
+    shown = ", ".join(f"{n} {installed_version(n)}" for n in ("torch", "tokenizers"))
+    return Check("packages", "OK", f"the plain install's {len(requirements)} installed as "
+                 f"pyproject.toml asks ({shown}, ...)")
 
 
 def check_bbc_corpus() -> Check:
@@ -398,8 +421,9 @@ def _labconfig_dirs() -> list[Path]:
 def check_widgets() -> Check:
     """Return whether JupyterLab will draw ipywidgets: the widgets extension installed, enabled."""
     version = installed_version("jupyterlab_widgets")
-    if version is None:
-        return Check("widgets", "FAIL", "jupyterlab_widgets is not installed: the notebooks' "
+    if version is None:  # without the course extra a library user needs none: a warning
+        status = "FAIL" if installed_version("jupyterlab") else "WARN"
+        return Check("widgets", status, "jupyterlab_widgets is not installed: the notebooks' "
                      "sliders and explorers would show as text", _pip_install("ipywidgets>=8.0"))
     found = [d / WIDGETS_EXTENSION for d in _labextension_dirs()
              if (d / WIDGETS_EXTENSION / "package.json").is_file()]
