@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from bertlab.config import check_train_config
 from bertlab.data import Batch, RunData, run_data_of
+from bertlab.engine.device import made_with
 from bertlab.engine.fast import FastPretraining, compiled_target_share, fast_inputs
 from bertlab.engine.hooks import check_loader_batch
 from bertlab.errors import BadInput, check_number, check_type
@@ -102,7 +103,8 @@ class PretrainingObjective(Objective):
         return {**self.record, "objectives": list(self.objectives),
                 "mlm_probability": None if masking is None else masking.mlm_probability,
                 "max_seq_len": None if self.data is None else self.data.max_seq_len,
-                "model": model.config.to_dict(), "train": config.to_dict()}
+                "model": model.config.to_dict(), "train": config.to_dict(),
+                "made_with": made_with()}
 
     def module(self, model: nn.Module) -> nn.Module:
         """Return the training step's forward over `model`'s weights."""

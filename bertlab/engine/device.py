@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -89,6 +91,28 @@ def cpu_has_native_bf16() -> bool:
         if key.strip() in ("flags", "Features"):
             return bool(_BF16_FLAGS & set(value.split()))
     return False
+
+
+def made_with() -> dict[str, str | bool | None]:
+    """Return what a run's numbers depend on besides its settings: the versions of bertlab,
+    torch and Python, the platform, the CPU's bf16, and the git commit (with "+dirty" for
+    changes in bertlab/) when bertlab runs from a checkout, else None."""
+    checkout = Path(__file__).resolve().parents[2]
+    commit = None
+    if (checkout / ".git").exists():
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], cwd=checkout, capture_output=True,
+                                  text=True).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        commit = (head + ("+dirty" if git("status", "--porcelain", "--", "bertlab") else "")
+                  if head else None)
+    try:
+        version = metadata.version("bertlab")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        version = None
+    return {"bertlab": version, "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "native_bf16": cpu_has_native_bf16(), "commit": commit}
 
 
 NEWTON_SCHULZ = ("auto", "bf16", "fp32")
