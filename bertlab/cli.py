@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from bertlab.engine.card import export_run
 from bertlab.engine.device import (
     resolve_device,
@@ -206,7 +208,10 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                    "MANIFEST.json, since positions past it never had a gradient; 128 when "
                    "neither records it)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's own, one per core)")
+    p.add_argument("--json", help="also write the results to this JSON file (a folder that "
+                                  "does not exist yet is made)")
     _add_encoding_errors(p)
     _add_row_fields(p, labels=True)
 
@@ -350,7 +355,10 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be >= 1, got {args.seeds}")
     if args.json is not None:  # checked now, not after minutes of fine-tuning
         check_output(args.json, "--json", inputs=[("model_dir", args.model_dir),
-                                                  ("--task", args.task)])
+                                                  ("--task", args.task)], new_folder_ok=True)
+    check_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     resolve_device(args.device)  # a device this machine lacks is refused before any work
     max_seq_len, where = _finetune_length(args)
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
@@ -366,6 +374,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     print(f"{args.task}: test split, {len(results[0].predictions)} documents")
     print(format_table(results))
     if args.json is not None:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.json, {"command": " ".join(sys.argv),
                                       "corpus_read": corpus_read or None,
                                       "results": [r.to_dict() for r in results]})

@@ -479,3 +479,13 @@ def test_two_threads_pretraining_into_one_folder_the_second_is_refused(world, tm
         holder.join()
     assert len(errors) == 1 and "in use by another thread of this process" in errors[0]
     assert not (out / "checkpoints").exists()
+
+
+def test_finetune_json_into_a_new_folder_is_made_and_threads_are_taken(world, tmp_path, capsys):
+    target = tmp_path / "results" / "2026" / "x.json"
+    assert main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--threads",
+                 "1", "--json", str(target)]) == 0, capsys.readouterr().err
+    assert json.loads(target.read_text(encoding="utf-8"))["results"]
+    assert main(["finetune", world["run"], "--task", world["rows"], *QUICK.split(), "--threads",
+                 "0"]) == 2
+    assert_one_clear_error(capsys.readouterr().err, ["--threads 0"])

@@ -38,7 +38,8 @@ _NOTHING = "(nothing was written)"
 
 
 def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, object]] = (),
-                 folder: bool = False, accept: tuple[str, ...] | None = None) -> str:
+                 folder: bool = False, accept: tuple[str, ...] | None = None,
+                 new_folder_ok: bool = False) -> str:
     """Return what `path` holds now (`bertlab.engine.files.folder_kind`: "missing", "file", "run"...)
     once a command may write there; raise `BadInput` (a ValueError) before, if it may not.
 
@@ -46,6 +47,7 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     corpus name such as "bbc", None) are passed over. `folder`: the output is a folder (else a
     file in an existing folder). With `accept` (a folder output), what the folder may already
     hold is checked too (`bertlab.engine.files.check_output_folder`); None leaves that to the command.
+    `new_folder_ok`: a file output's folder may be missing (the command makes it).
     """
     shown = f"{flag} {path}"
     if str(path).strip() == "":
@@ -65,7 +67,7 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     if folder and accept is not None:
         check_output_folder(path, flag, accept)
     elif not folder:
-        _check_file_target(path, shown)
+        _check_file_target(path, shown, new_folder_ok)
     check_writable(path, shown, folder)
     return folder_kind(path)
 
@@ -141,7 +143,7 @@ def _surely_bertlabs(folder: Path, kind: str) -> bool:
     return True
 
 
-def _check_file_target(path: Path, shown: str) -> None:
+def _check_file_target(path: Path, shown: str, new_folder_ok: bool = False) -> None:
     if path.is_dir():
         raise BadInput(shown, "is a folder", "pass a file path")
     special = special_kind(path)
@@ -151,6 +153,11 @@ def _check_file_target(path: Path, shown: str) -> None:
         raise BadInput(shown, f"is {special}{link}, not a file, and writing the results there "
                               f"would replace it", f"pass the path of a regular file {_NOTHING}")
     parent = path.parent
+    if new_folder_ok:  # the command makes the missing folders, under the nearest that is there
+        missing = [parent.absolute(), *parent.absolute().parents]
+        missing = missing[:missing.index(_nearest_existing(parent.absolute()))]
+        if not any(os.path.lexists(p) for p in missing):
+            return
     if not parent.is_dir():
         problem = (f"{parent} is a file, not a folder" if parent.exists() else
                    f"folder {parent} does not exist")
