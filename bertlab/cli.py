@@ -291,10 +291,30 @@ def cmd_prepare(args: argparse.Namespace) -> int:
                  if meta.get("pair_draws", 1) > 1 else "")
         print(f"{split}: {meta['examples']} examples, {meta['tokens']} tokens{draws}, "
               f"{meta['documents']} documents, {len(meta['shards'])} shard(s)")
+        dropped = dropped_line(meta)
+        if dropped:
+            print(f"  {dropped}")
     single = " --objectives mlm --segments single" if args.segments == SINGLE else ""
     print(f"shards and tokenizer.json written to {out}; next: python -m bertlab pretrain "
           f"--corpus {out} --out runs/NAME{single}")
     return 0
+
+
+def dropped_line(meta: dict) -> str:
+    """Return what preparing a split left out, and why, or "" when it left out nothing: the
+    tokens cut from pairs longer than --max-seq-len, and the one-sentence documents an NSP pair
+    cannot use (meta.json records both)."""
+    parts = []
+    cut, kept = meta.get("tokens_dropped", 0), meta.get("tokens", 0)
+    if cut:
+        parts.append(f"{cut:,} tokens ({cut / (cut + kept):.0%}) cut from "
+                     f"{meta.get('truncated', 0):,} pairs longer than --max-seq-len "
+                     f"{meta.get('max_seq_len')}")
+    one = meta.get("one_sentence_docs_skipped", 0)
+    if one:
+        parts.append(f"{one:,} one-sentence document(s) skipped: an NSP pair needs two "
+                     f"sentences (--segments single keeps them)")
+    return "left out: " + "; ".join(parts) if parts else ""
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:

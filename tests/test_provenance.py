@@ -27,3 +27,17 @@ def test_run_json_records_versions_platform_and_commit(tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     if head.returncode == 0:  # a checkout: the commit, marked when bertlab/ has changes
         assert made["commit"].split("+")[0] == head.stdout.strip()
+
+
+def test_prepare_and_pretrain_say_what_they_left_out_and_why(tmp_path, capsys):
+    corpus = corpus_folder(tmp_path / "c", 12)
+    assert main(["prepare", "--corpus", str(corpus), "--out", str(tmp_path / "s"),
+                 "--vocab-size", "300", "--max-seq-len", "64"]) == 0
+    said = capsys.readouterr().out
+    meta = json.loads((tmp_path / "s" / "train" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["tokens_dropped"] > 0  # BBC articles do not fit 64-token pairs whole
+    assert f"left out: {meta['tokens_dropped']:,} tokens" in said
+    assert "pairs longer than --max-seq-len 64" in said
+    assert main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "r"), *SMALL,
+                 "--max-steps", "1"]) == 0
+    assert "left out: " in capsys.readouterr().out

@@ -368,6 +368,15 @@ def _run_pretraining(args: argparse.Namespace, s: _PretrainSettings, tok: Any,
     say(f"model: {args.preset} ({n_params / 1e6:.2f} M parameters), vocab "
         f"{tok.get_vocab_size()}, {len(train.dataset)} training examples, device "
         f"{device}, {rank_world()[1]} process(es)")
+    examples = getattr(train.dataset, "examples", None)
+    if isinstance(examples, list) and examples and hasattr(examples[0], "tokens_dropped"):
+        # Built from text here (prepare said it when it wrote shards): what the cut left out.
+        cut = sum(e.tokens_dropped for e in examples)
+        kept = sum(len(e.input_ids) for e in examples)
+        if cut:
+            say(f"left out: {cut:,} tokens ({cut / (cut + kept):.0%}) cut from "
+                f"{sum(1 for e in examples if e.tokens_dropped):,} pairs longer than "
+                f"--max-seq-len {s.max_seq_len}")
     return pretrain(model, train, val, s.config, out_dir=args.out, resume=args.resume,
                     objectives=s.objectives,
                     record={"args": vars(args), "corpus_read": corpus_read})
