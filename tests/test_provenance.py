@@ -30,7 +30,7 @@ def test_run_json_records_versions_platform_and_commit(tmp_path):
 
 
 def test_prepare_and_pretrain_say_what_they_left_out_and_why(tmp_path, capsys):
-    corpus = corpus_folder(tmp_path / "c", 12)
+    corpus = corpus_folder(tmp_path / "c")
     assert main(["prepare", "--corpus", str(corpus), "--out", str(tmp_path / "s"),
                  "--vocab-size", "300", "--max-seq-len", "64"]) == 0
     said = capsys.readouterr().out
