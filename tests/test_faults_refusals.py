@@ -155,3 +155,12 @@ def test_an_export_says_the_length_the_model_was_pretrained_at(stopped_run, tmp_
     transformers = pytest.importorskip("transformers")
     tok = transformers.AutoTokenizer.from_pretrained(str(export))
     assert len(tok("word " * 300, truncation=True)["input_ids"]) == 64
+
+
+def test_a_resume_over_a_model_flag_names_the_flag_and_its_value(stopped_run, capsys):
+    before = snapshot(stopped_run["root"])
+    assert main([*stopped_run["argv"], "--resume", "--hidden-dropout", "0.2"]) == 2
+    err = capsys.readouterr().err
+    assert_one_clear_error(err, ["hidden_dropout: checkpoint 0.0 vs model 0.2",
+                                 "pass the run's own settings (--hidden-dropout 0.0)"])
+    assert_unchanged(before, snapshot(stopped_run["root"]))

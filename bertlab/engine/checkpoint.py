@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab.engine.files import STAGING_SUFFIX, atomic_write_folder, is_disk_full
-from bertlab.errors import BadInput
+from bertlab.errors import BadInput, flag_of
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.tokenizer import load_tokenizer, vocab_digest
 
@@ -193,6 +193,11 @@ def read_checkpoint_state(path: str | Path, *, verified: bool = False) -> dict:
     return state
 
 
+# The model settings `pretrain` has a flag for (--hidden-dropout...); the rest come with --preset.
+_MODEL_FLAGS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                "max_position_embeddings", "hidden_dropout", "attention_dropout")
+
+
 def _describe_mismatch(saved: dict, current: dict) -> str:
     keys = sorted(set(saved) | set(current))
     return "; ".join(f"{k}: checkpoint {saved.get(k)!r} vs model {current.get(k)!r}"
@@ -219,10 +224,14 @@ def load_checkpoint(path: str | Path, model: nn.Module,
         raise ValueError(f"checkpoint {path} holds a {state.get('model_class')}, but the model "
                          f"is a {type(model).__name__}")
     if state.get("model_config") != current:
+        saved = state.get("model_config") or {}
+        flags = " ".join(f"{flag_of(k)} {saved[k]}" for k in sorted(saved) if k in _MODEL_FLAGS
+                         and saved.get(k) != (current or {}).get(k))
         raise ValueError(f"checkpoint {path} was trained with a different model config: "
-                         f"{_describe_mismatch(state.get('model_config') or {}, current or {})}. "
-                         f"Build the model from the checkpoint's config "
-                         f"(bertlab.engine.checkpoint.load_run) or start a new run")
+                         f"{_describe_mismatch(saved, current or {})}. On the command line pass "
+                         f"the run's own settings ({flags or 'its --preset'}); in Python build "
+                         f"the model from the checkpoint's config "
+                         f"(bertlab.engine.checkpoint.load_run); or start a new run")
     try:
         missing, unexpected = load_safetensors_model(
             model, str(path / "model.safetensors"), strict=False,
