@@ -164,3 +164,16 @@ def test_a_resume_over_a_model_flag_names_the_flag_and_its_value(stopped_run, ca
     assert_one_clear_error(err, ["hidden_dropout: checkpoint 0.0 vs model 0.2",
                                  "pass the run's own settings (--hidden-dropout 0.0)"])
     assert_unchanged(before, snapshot(stopped_run["root"]))
+
+
+def test_an_edited_run_json_does_not_decide_a_resume(tmp_path, capsys):
+    import json
+
+    corpus, run = corpus_folder(tmp_path / "corpus", 16), tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--out", str(run), *SMALL, "--max-steps", "4"]
+    assert main([*argv, "--stop-after", "2"]) == 0
+    record = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    record["args"]["segments"] = "single"  # edited by hand: the checkpoint says pairs
+    (run / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main([*argv, "--resume"]) == 0, capsys.readouterr().err
+    assert "done: 4 steps" in capsys.readouterr().out

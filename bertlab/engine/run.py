@@ -20,7 +20,7 @@ import torch
 from bertlab.config import TrainConfig, cpu_threads, rank_world
 from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.checkpoint import read_run_json
+from bertlab.engine.checkpoint import latest_checkpoint, read_checkpoint_state, read_run_json
 from bertlab.engine.device import (
     close_distributed,
     init_distributed,
@@ -347,8 +347,13 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
         raise ValueError(f"--resume: the run in {out} was started with --recipe {started}, not "
                          f"--recipe {args.recipe}; pass --recipe {started} (and its other flags) "
                          f"to continue it exactly (nothing was written)")
-    segments = run.get("args", {}).get("segments", "pairs")
-    if run and segments != args.segments:
+    # The segments a run trained on are the checkpoint's to say (run.json may have been
+    # edited); run.json answers only for a checkpoint written before they were recorded.
+    newest = latest_checkpoint(out) if args.resume else None
+    recorded = read_checkpoint_state(newest, verified=True).get("segments") if newest else None
+    segments = ("single" if recorded == "single" else "pairs") if recorded else \
+        run.get("args", {}).get("segments", "pairs")
+    if (run or recorded) and segments != args.segments:
         raise ValueError(f"--resume: the run in {out} was started with --segments {segments}, "
                          f"not --segments {args.segments}; pass --segments {segments} to "
                          f"continue it exactly (nothing was written)")
