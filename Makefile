@@ -61,6 +61,8 @@ results: $(STAMP)
 	$(PY) benchmarks/recipe_search.py --stage screen --minutes 3 --jobs 2
 	$(PY) benchmarks/recipe_search.py --stage combine --minutes 3 --jobs 2
 	$(PY) benchmarks/time_to_quality.py --minutes 4 --seeds 0 1 2 --threads 1
+	$(PY) benchmarks/optimizer.py --stage speed --repeats 3 --emulate
+	$(PY) benchmarks/optimizer.py --stage learning --seeds 0 1 2 --jobs 2
 	$(PY) benchmarks/ablations.py --seeds 0 1 2 --jobs 2 --threads 1
 	test -f models/course-tiny/MANIFEST.json || $(MAKE) course-model
 	$(PY) benchmarks/downstream.py --threads 1
