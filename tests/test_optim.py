@@ -232,3 +232,20 @@ def test_a_resume_on_a_machine_that_picks_the_other_dtype_goes_on_and_says_so(tm
     history = json.loads((run / "history.json").read_text(encoding="utf-8"))
     assert history[-1]["step"] == 4
     assert any("newton_schulz bf16 -> fp32" in row.get("resumed_with", "") for row in history)
+
+
+def test_bf16_precision_on_a_cpu_that_emulates_it_warns_and_names_the_fix(monkeypatch):
+    import bertlab.engine.hooks as hooks
+
+    monkeypatch.setattr(hooks, "cpu_has_native_bf16", lambda: False)
+    model = tiny()
+    batch = {"input_ids": torch.randint(5, 100, (2, 8)), "token_type_ids": torch.zeros(2, 8, dtype=torch.long),
+             "attention_mask": torch.ones(2, 8, dtype=torch.long),
+             "labels": torch.full((2, 8), -100), "next_sentence_label": torch.zeros(2, dtype=torch.long)}
+    batch["labels"][:, 2] = 7
+    config = TrainConfig(max_steps=1, batch_size=2, precision="bf16", device="cpu",
+                         eval_interval=None, progress=False, log_interval=0)
+    from bertlab.pretraining import pretrain
+
+    with pytest.warns(UserWarning, match="bf16 on a CPU without native bf16 .* --precision fp32"):
+        pretrain(model, [batch], None, config, objectives=("mlm",))

@@ -53,11 +53,12 @@ except ImportError:
 
 # The counts the notebooks assert (00, 01 and 08); another count means another package version.
 BBC_ARTICLES, ZH_NEWS_ARTICLES, ZH_REVIEWS = 2225, 3214, 17363
-# Notebook 05's live run (2,500 steps of the course recipe, tiny preset) must fit the 5 minutes
-# each notebook is allowed on 2 CPU cores: tests/test_project.py holds every notebook's time in
+# Notebook 05's live run (1,800 steps of the course recipe, tiny preset) must fit the 5 minutes
+# each notebook is allowed on 2 CPU cores (on the AMD EPYC the course is timed on, 1,800 steps
+# and the rest of the notebook take about 4.5 minutes; 2,500 took 5.9): tests/test_project.py holds every notebook's time in
 # notebooks/run_times.json (written by `make notebooks`) to PROMISED_MINUTES. Slower than twice
 # that, a class would wait on this laptop: a failure. In between, a warning with the minutes.
-NOTEBOOK05_STEPS, PROMISED_MINUTES, FAIL_MINUTES = 2500, 5.0, 10.0
+NOTEBOOK05_STEPS, PROMISED_MINUTES, FAIL_MINUTES = 1800, 5.0, 10.0
 SPEED_DOCS, COURSE_VOCAB = 400, 8192
 # A lesson's run uses one thread (bertlab.config.cpu_threads): it slows once other programs
 # leave it less than this many free cores.
@@ -302,7 +303,7 @@ def busy_cores(seconds: float = 1.0) -> float | None:
 def notebook05_threads() -> int:
     """Return the torch threads of notebook 05's live run, which the doctor times with too: twice
     the tiny preset's (`bertlab.config.cpu_threads`), both cores of the 2-core machine the course
-    is timed on, so that its 2,500 steps and the rest of the notebook fit its 5 minutes.
+    is timed on, so that its 1,800 steps and the rest of the notebook fit its 5 minutes.
 
     Taught in notebooks/05_pretraining.ipynb
     """
