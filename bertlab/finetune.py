@@ -24,6 +24,7 @@ Taught in notebooks/06_cls_and_downstream.ipynb.
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import time
@@ -408,14 +409,14 @@ def linear_probe(model: nn.Module, docs: Sequence[Document], labels: Sequence[st
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    check_type(model, nn.Module, "linear_probe(model)", "a bertlab model",
-               "pass the model bl.load_model gives")
-    check_inputs("linear_probe", docs, tokenizer)
     config = config or ProbeConfig()
     if config.max_seq_len is None:
         raise ValueError("linear_probe: ProbeConfig.max_seq_len=None reads whole documents as "
                          "words, which only tfidf_baseline does; pass the tokens per window "
                          "(e.g. 128), and max_chunks > 1 to read more of each document")
+    check_type(model, nn.Module, "linear_probe(model)", "a bertlab model",
+               "pass the model bl.load_model gives")
+    check_inputs("linear_probe", docs, tokenizer)
     task = labelled_splits(docs, labels, eval_split=config.eval_split, k_per_class=k_per_class,
                            seed=config.seed)
     if features is None:
@@ -641,7 +642,7 @@ def finetune_classifier(
 
     Taught in notebooks/06_cls_and_downstream.ipynb
     """
-    check_type(pretrained, (nn.Module, BertConfig), "finetune_classifier(pretrained)",
+    check_type(pretrained, (nn.Module, BertConfig, str, os.PathLike), "finetune_classifier(pretrained)",
                "a bertlab model or a BertConfig", "pass the model bl.load_model gives, or a "
                "BertConfig for a random start")
     check_inputs("finetune_classifier", docs, tokenizer)

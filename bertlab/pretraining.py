@@ -25,7 +25,6 @@ from torch.utils.data import DataLoader
 
 from bertlab.config import check_train_config
 from bertlab.data import Batch, RunData, run_data_of
-from bertlab.engine.device import made_with
 from bertlab.engine.fast import FastPretraining, compiled_target_share, fast_inputs
 from bertlab.engine.hooks import check_loader_batch
 from bertlab.errors import BadInput, check_number, check_type
@@ -103,8 +102,7 @@ class PretrainingObjective(Objective):
         return {**self.record, "objectives": list(self.objectives),
                 "mlm_probability": None if masking is None else masking.mlm_probability,
                 "max_seq_len": None if self.data is None else self.data.max_seq_len,
-                "model": model.config.to_dict(), "train": config.to_dict(),
-                "made_with": made_with()}
+                "model": model.config.to_dict(), "train": config.to_dict()}
 
     def module(self, model: nn.Module) -> nn.Module:
         """Return the training step's forward over `model`'s weights."""
@@ -412,7 +410,7 @@ def fill_mask(model: BertForPreTraining, tokenizer: Tokenizer, text: str,
 
     Taught in notebooks/05_pretraining.ipynb
     """
-    check_type(model, BertForPreTraining, "fill_mask(model)", "a bertlab BertForPreTraining",
+    check_type(model, nn.Module, "fill_mask(model)", "a bertlab BertForPreTraining",
                "pass the model bl.load_model or bl.BertForPreTraining gives")
     check_type(text, str, "fill_mask(text)", "a string", "pass one text with [MASK] in it")
     check_number("fill_mask", "top_k", top_k, "positive integer")

@@ -68,7 +68,7 @@ def iter_texts(docs_or_texts: Iterable[Document | str]) -> Iterator[str]:
             yield item
         else:
             raise BadType(f"train_tokenizer(docs_or_texts=[... {item!r:.40} ...])",
-                          f"holds a {type(item).__name__}, not Documents or strings",
+                          f"takes Documents or strings, got {type(item).__name__}",
                           "pass a list of Documents (bl.load_corpus) or of texts")
 
 
@@ -279,9 +279,10 @@ def special_ids(tokenizer: Tokenizer | SpecialIds) -> SpecialIds:
     """
     if isinstance(tokenizer, SpecialIds):
         return tokenizer
-    check_type(tokenizer, Tokenizer, "tokenizer", "a tokenizers.Tokenizer or "
-               "bertlab.tokenizer.SpecialIds", "pass the tokenizer bl.train_tokenizer returns "
-               "(or bertlab.tokenizer.load_tokenizer reads)")
+    if not isinstance(tokenizer, Tokenizer):
+        raise BadType(f"tokenizer={tokenizer!r:.40}", f"expected a tokenizers.Tokenizer or "
+                      f"bertlab.tokenizer.SpecialIds, got {type(tokenizer).__name__}",
+                      "pass the tokenizer bl.train_tokenizer returns (or load_tokenizer reads)")
     ids = {}
     for token in SPECIAL_TOKENS:
         token_id = tokenizer.token_to_id(token)

@@ -61,27 +61,6 @@ __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at'
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def newton_schulz(update: torch.Tensor, steps: int, coefficients: tuple[float, float, float],
-                  eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """Return the orthogonalized `update` (about U V^T of its SVD U S V^T), in `dtype`.
-
-    A quintic Newton-Schulz iteration X <- a X + (b A + c A^2) X with A = X X^T, after scaling X
-    to a norm of at most 1; the coefficients push every singular value towards 1 in few steps
-    (Jordan et al. 2024). A tall matrix is iterated as its transpose, so A is the smaller Gram.
-    """
-    a, b, c = coefficients
-    x = update.to(dtype, copy=True)  # a copy: the caller's momentum stays as it was
-    tall = update.size(0) > update.size(1)
-    if tall:
-        x = x.T  # (rows, cols) -> (cols, rows)
-    x.div_(x.norm().clamp(min=eps))
-    for _ in range(steps):
-        gram = x @ x.T  # (r, r), r the smaller side
-        poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b A + c A^2
-        x = torch.addmm(x, poly, x, beta=a)  # a X + (b A + c A^2) X
-    return x.T if tall else x
-
-
 class Muon(torch.optim.Muon):
     """`torch.optim.Muon`, with its Newton-Schulz iterations in `newton_schulz` ("bf16", as
     torch's own, or "fp32"); the same options, parameter groups and state dict.
@@ -99,29 +78,40 @@ class Muon(torch.optim.Muon):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:
-        """Step every matrix that has a gradient: momentum, orthogonalize, decay, update."""
+        """Step every matrix that has a gradient: momentum, orthogonalize, decay, update.
+
+        The orthogonalization is a quintic Newton-Schulz iteration X <- a X + (b A + c A^2) X
+        with A = X X^T, after scaling X to a norm of at most 1 (Jordan et al. 2024); a tall
+        matrix is iterated as its transpose, so A is the smaller Gram. One function, so that
+        an optimizer step stays followable (tests/test_step_functions.py).
+        """
         if closure is not None:
             raise ValueError("bertlab's Muon takes no closure")
+        dtype = _DTYPES[self.newton_schulz]
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._step_one(param, group)
-
-    def _step_one(self, param: torch.Tensor, group: dict[str, Any]) -> None:
-        grad, state = param.grad, self.state[param]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(grad, memory_format=torch.preserve_format)
-        buf, momentum = state["momentum_buffer"], group["momentum"]
-        buf.lerp_(grad, 1 - momentum)
-        update = grad.lerp(buf, momentum) if group["nesterov"] else buf
-        update = newton_schulz(update, group["ns_steps"], group["ns_coefficients"], group["eps"],
-                               _DTYPES[self.newton_schulz])
-        lr, (rows, cols) = group["lr"], param.shape[:2]
-        scale = {None: math.sqrt(max(1, rows / cols)), "original": math.sqrt(max(1, rows / cols)),
-                 "match_rms_adamw": 0.2 * math.sqrt(max(rows, cols))}.get(group["adjust_lr_fn"],
-                                                                          1.0)
-        param.mul_(1 - lr * group["weight_decay"])
-        param.add_(update, alpha=-lr * scale)
+            (a, b, c), momentum, lr = group["ns_coefficients"], group["momentum"], group["lr"]
+            for param in (p for p in group["params"] if p.grad is not None):
+                grad, state = param.grad, self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(
+                        grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
+                buf.lerp_(grad, 1 - momentum)
+                update = grad.lerp(buf, momentum) if group["nesterov"] else buf
+                x = update.to(dtype, copy=True)  # a copy: the momentum stays as it was
+                tall = update.size(0) > update.size(1)
+                x = x.T if tall else x  # (rows, cols) -> (cols, rows)
+                x.div_(x.norm().clamp(min=group["eps"]))
+                for _ in range(group["ns_steps"]):
+                    gram = x @ x.T  # (r, r), r the smaller side
+                    x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+                rows, cols = param.shape[:2]
+                scale = {None: math.sqrt(max(1, rows / cols)),
+                         "original": math.sqrt(max(1, rows / cols)),
+                         "match_rms_adamw": 0.2 * math.sqrt(max(rows, cols))}.get(
+                    group["adjust_lr_fn"], 1.0)
+                param.mul_(1 - lr * group["weight_decay"])
+                param.add_(x.T if tall else x, alpha=-lr * scale)
 
 
 def is_hidden_matrix(name: str, param: torch.Tensor) -> bool:

@@ -470,8 +470,6 @@ CASES = [
      ["task folder '{corpus}'", "lie directly in it", "sub-folder named after its label"]),
     ("finetune-task-neither-name-nor-folder", "finetune {run} --task {root}/nope",
      ["{root}/nope", "neither a known task", "one sub-folder per label"]),
-    ("finetune-json-in-missing-folder", "finetune {run} --json {root}/nope/results.json",
-     ["--json {root}/nope/results.json", "does not exist"]),
     ("finetune-nan-weights", "finetune {run_nan} --methods fine-tuned",
      ["{run_nan}", "NaN or inf"]),
     # demo (all refused before the first slow step)

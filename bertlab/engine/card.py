@@ -29,6 +29,7 @@ from bertlab.engine.checkpoint import (
 from bertlab.engine.files import (
     LOCK_NAME,
     atomic_write_folder,
+    check_output_folder,
     describe_kind,
     folder_kind,
     keep_entry,
@@ -290,8 +291,8 @@ def save_hf(
         raise OutputFolderTakenError(
             f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
             f"replaced; choose a new or empty folder (nothing was written)")
-    check_output(out_dir, "out_dir", folder=True,  # the guard every writer passes
-                 accept=("hf", "other") if kind == "readme" else ("hf",))
+    check_output_folder(out_dir, "out_dir",
+                        accept=("hf", "other") if kind == "readme" else ("hf",))
     files, tensors = hf_files(model, tokenizer, label_names, max_length)
     replacing = kind in ("hf", "readme")
     if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):

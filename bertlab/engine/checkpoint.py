@@ -421,8 +421,8 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
         path, model = read_newest(run_dir, lambda p: _load_run_model(p, False, device))
     tok_file = run_dir / "tokenizer.json"
     tok = load_tokenizer(tok_file) if tok_file.is_file() else None
-    if tok is not None:
-        check_run_tokenizer(read_checkpoint_state(path, verified=True), tok, tok_file)
+    if tok is not None and tok.get_vocab_size() == model.config.vocab_size:  # else the callers'
+        check_run_tokenizer(read_checkpoint_state(path, verified=True), tok, tok_file)  # size check
     return model, tok
 
 

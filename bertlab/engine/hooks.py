@@ -42,6 +42,7 @@ from bertlab.engine.device import (
     cpu_has_native_bf16,
     fast_math,
     from_rank0,
+    made_with,
     resolve_compile,
     resolve_device,
     resolve_newton_schulz,
@@ -287,8 +288,8 @@ class RunHooks:
         if self.tokenizer is not None:
             save_tokenizer(self.tokenizer, self.out / "tokenizer.json")
         record = self.run_record(model, self.config)
-        if record is not None:
-            atomic_write_json(self.out / "run.json", record)
+        if record is not None:  # and what made it: versions, platform, commit
+            atomic_write_json(self.out / "run.json", {**record, "made_with": made_with()})
 
     def _row_missing(self, run: RunState) -> bool:
         # Step 0 has a row, and so has every step a row was due at: a run stopped while that
@@ -340,7 +341,11 @@ class RunHooks:
             self._count_losses(run)  # under DDP: one collective, only when a loss is read
         if self.events is not None and logged:
             self.events.step_loss(step, run.step_losses[-1])
-        if _show_progress(self.bar, config, run, lr, self.is_main, self.clock, self.last_line):
+        # Without a bar, a line is due at a logged step or LOG_EVERY_S after the last one.
+        shows = not self.bar.disable or logged or (
+            config.progress and time.perf_counter() - self.last_line >= LOG_EVERY_S)
+        if shows and _show_progress(self.bar, config, run, lr, self.is_main, self.clock,
+                                    self.last_line):
             self.last_line = time.perf_counter()
         if self.is_main and (due or at_end):
             run.elapsed_s = time.perf_counter() - self.clock

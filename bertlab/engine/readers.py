@@ -301,8 +301,8 @@ def _check_iterable(source: object) -> None:
                        "in every Python process", "pass a list in a fixed order, e.g. sorted(texts)")
     if isinstance(source, (bytes, bytearray)) or not isinstance(source, Iterable):
         raise ValueError(
-            f"corpus (source={source!r:.60}): pass a corpus name, a path, or an iterable of "
-            f"strings or dicts (rows)"
+            f"corpus {source!r:.60}: pass a corpus name, a path, or an iterable of strings or "
+            f"dicts (rows) as source"
         )
 
 

@@ -353,7 +353,7 @@ def _check_pretrain_folder(args: argparse.Namespace, out: Path) -> None:
     recorded = read_checkpoint_state(newest, verified=True).get("segments") if newest else None
     segments = ("single" if recorded == "single" else "pairs") if recorded else \
         run.get("args", {}).get("segments", "pairs")
-    if (run or recorded) and segments != args.segments:
+    if run and segments != args.segments:
         raise ValueError(f"--resume: the run in {out} was started with --segments {segments}, "
                          f"not --segments {args.segments}; pass --segments {segments} to "
                          f"continue it exactly (nothing was written)")
