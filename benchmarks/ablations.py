@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from bertlab.atomic import atomic_write_json
 from bertlab.course.ablations import (
     compare_to_baseline,
     format_summary,
@@ -53,7 +54,6 @@ from bertlab.course.grid import (
     config_key,
     group_baseline,
 )
-from bertlab.engine.files import atomic_write_json
 
 DEFAULT_CACHE = Path(os.environ.get("BERTLAB_CACHE", Path.home() / ".cache" / "bertlab")) / "ablations"
 VERDICT_METRICS = ("mask_accuracy", "mlm_accuracy", "mlm_accuracy_no_mask", "nsp_accuracy", "probe_accuracy",

@@ -46,12 +46,12 @@ from _record import (  # benchmarks/ is on sys.path when run as a script
 )
 
 from bertlab.corpus import split_documents
-from bertlab.engine.loading import load_model
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import Recipe
 from bertlab.errors import BadInput, run_reporting
+from bertlab.loading import load_model
 from bertlab.model import BertForPreTraining
 from bertlab.pairs import pad_examples, pair_builder, pairs_of
+from bertlab.readers import load_corpus
+from bertlab.recipes import Recipe
 from bertlab.tokenizer import SpecialIds, Tokenizer, special_ids
 
 RESULTS = REPO / "benchmarks" / "results"

@@ -41,13 +41,13 @@ from _record import write_record  # benchmarks/ is on sys.path when run as a scr
 
 from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import recipe
 from bertlab.finetune import FinetuneConfig, finetune_classifier
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertForPreTraining
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain
+from bertlab.readers import load_corpus
+from bertlab.recipes import recipe
 from bertlab.tokenizer import train_tokenizer
 from bertlab.zh import nsp_word_ids, second_character_batches, segment_corpus, whole_word_scores
 

@@ -40,8 +40,8 @@ from pathlib import Path
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
 import bertlab as bl
-from bertlab.engine.files import save_tokenizer
 from bertlab.pairs import TokenizedCorpus, create_nsp_examples, nsp_stats, tokenize_corpus
+from bertlab.tokenizer import save_tokenizer
 
 RESULTS = Path(__file__).parent / "results"
 GOAL_PEAK_MB = 2048

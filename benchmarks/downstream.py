@@ -35,8 +35,7 @@ from pathlib import Path
 import torch
 from _record import write_record  # benchmarks/ is on sys.path when run as a script
 
-from bertlab.engine.loading import load_model, pretrained_length
-from bertlab.engine.tasks import compare_downstream, load_task
+from bertlab.downstream import compare_downstream, load_task
 from bertlab.finetune import (
     FinetuneConfig,
     ProbeConfig,
@@ -45,6 +44,7 @@ from bertlab.finetune import (
     linear_probe,
     summarize,
 )
+from bertlab.loading import load_model, pretrained_length
 from bertlab.model import BertForPreTraining
 
 ROOT = Path(__file__).resolve().parents[1]

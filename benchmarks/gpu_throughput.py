@@ -5,7 +5,7 @@ steps, for bertlab's model and for transformers' (SDPA attention, compiled the s
 0.1 as in BERT): forward, MLM + NSP loss, backward, gradient clipping, fused AdamW, under bf16
 autocast and torch.compile, with the switches the training loop sets (`bertlab.engine.device.fast_math`).
 bertlab's MLM head runs at the targets only, with the fixed number of rows a compiled run gives
-it (`bertlab.engine.fast.mlm_capacity`), through the training step's forward (`bertlab.engine.fast`).
+it (`bertlab.pretraining.mlm_capacity`), through the training step's forward (`bertlab.pretraining`).
 
 The rows (`--rows preset:seq_len:batch`): tiny, mini and base at 128 tokens and base at 512 on
 `full` batches (every position a real token, 15% of them MLM targets: what a packed batch
@@ -23,7 +23,7 @@ short keeps the rows it finished): `device` (the GPU's name), `torch`, `compile`
 `matmul_peak_tflops` (this GPU's measured bf16 matmul peak) and `rows`, each with preset,
 seq_len, batch, batch_size, vocab_size, compile (whole, regional or none), unpad, padding_share,
 tokens_per_s, mfu (against `--peak-tflops`, 989 for
-an H100/H200, with `bertlab.engine.sizes.flops_per_token`), mfu_measured_peak,
+an H100/H200, with `bertlab.counts.flops_per_token`), mfu_measured_peak,
 transformers_tokens_per_s and ratio_vs_transformers (bertlab / transformers).
 
 Usage: python benchmarks/gpu_throughput.py [--rows base:128:full ...] [--shards data/bbc_shards]
@@ -45,15 +45,14 @@ from pathlib import Path
 import torch
 from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when run as a script
 
+from bertlab.counts import flops_per_token
 from bertlab.data import LoaderOptions
 from bertlab.engine.device import fast_math
-from bertlab.engine.fast import FastPretraining, target_share_bound
 from bertlab.engine.shards import shard_loader, shard_pair_length
-from bertlab.engine.sizes import flops_per_token
 from bertlab.hf import hf_config_fields
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pretraining import PretrainingObjective
+from bertlab.pretraining import FastPretraining, PretrainingObjective, target_share_bound
 from bertlab.tokenizer import load_tokenizer
 from bertlab.train import TrainConfig, autocast_context, build_optimizer, to_device
 

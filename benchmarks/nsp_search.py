@@ -47,7 +47,7 @@ RESULTS = REPO / "benchmarks" / "results"
 RECORD = RESULTS / "nsp_search.jsonl"
 CALIBRATION = RESULTS / "nsp_search_calibration.json"
 RUNS = REPO / "runs" / "nsp-search"
-VAL_PAIRS_SEQ = 64  # the course's yardstick (bertlab.engine.recipes.VAL_SEQ_LEN)
+VAL_PAIRS_SEQ = 64  # the course's yardstick (bertlab.recipes.VAL_SEQ_LEN)
 EVAL_INTERVAL = 500
 CHECKPOINT_INTERVAL = 250
 

@@ -57,9 +57,8 @@ from _record import (  # benchmarks/ is on sys.path when run as a script
 from tokenizers import Tokenizer
 
 from bertlab.corpus import split_documents
-from bertlab.engine.loading import load_model
-from bertlab.engine.readers import load_corpus
 from bertlab.errors import BadInput, run_reporting
+from bertlab.loading import load_model
 from bertlab.pairs import (
     IN_ORDER,
     IS_NEXT,
@@ -71,6 +70,7 @@ from bertlab.pairs import (
     pad_examples,
     tokenize_corpus,
 )
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import special_ids
 
 RESULTS = REPO / "benchmarks" / "results"

@@ -3,7 +3,7 @@
 `torch.optim.Muon` runs its Newton-Schulz iterations in bf16. Where bf16 matmuls are native (a
 GPU, a CPU with AMX or AVX-512 BF16) that is fast; elsewhere torch emulates them, and the whole
 step slows down several times. bertlab's Muon (`bertlab.train.Muon`) runs them in the dtype
-`TrainConfig.newton_schulz` resolves to (`bertlab.engine.device.resolve_newton_schulz`). This
+`TrainConfig.newton_schulz` resolves to (`bertlab.precision.resolve_newton_schulz`). This
 script measures what that choice costs and whether it changes what the model learns.
 
 Stage `speed` (minutes): first the cause, one 512 x 128 by 128 x 128 matmul in fp32 and in bf16
@@ -46,11 +46,11 @@ from _record import REPO, write_record
 
 from bertlab.course.twins import verdict
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.device import cpu_has_native_bf16
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import VAL_SEQ_LEN, recipe
 from bertlab.model import BertForPreTraining
+from bertlab.precision import cpu_has_native_bf16
 from bertlab.pretraining import pretrain
+from bertlab.readers import load_corpus
+from bertlab.recipes import VAL_SEQ_LEN, recipe
 from bertlab.tokenizer import train_tokenizer
 
 ARMS = {"muon, Newton-Schulz bf16": dict(newton_schulz="bf16"),

@@ -12,7 +12,7 @@ Stages: "screen" (one seed, one factor at a time from the first Muon probe), "co
 screen's winners together, then one factor at a time again), and the three-seed confirmation,
 which is benchmarks/time_to_quality.py (the two recipes and transformers at equal time). The
 screen and combine records were scored on 128-token validation pairs (`val_seq_len`); the
-yardstick then moved to 64 tokens (`bertlab.engine.recipes.VAL_SEQ_LEN`), the length every recipe
+yardstick then moved to 64 tokens (`bertlab.recipes.VAL_SEQ_LEN`), the length every recipe
 trains, since a 64-token recipe has never seen positions 64-127.
 
 Usage:
@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bertlab.engine.recipes import VAL_SEQ_LEN, recipe
+from bertlab.recipes import VAL_SEQ_LEN, recipe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.jsonl"
 
@@ -76,7 +76,7 @@ TRIALS.update({
     "low-nsp": {**LOW, "nsp": True},
     "low-50": {**LOW, "mlm_probability": 0.5},
 })
-# Stage 3, the confirmation: the two named recipes exactly as bertlab.engine.recipes defines them.
+# Stage 3, the confirmation: the two named recipes exactly as bertlab.recipes defines them.
 for _name in ("bert", "course"):
     _r = recipe(_name)
     TRIALS[f"recipe-{_name}"] = {

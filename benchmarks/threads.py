@@ -41,10 +41,10 @@ def worker(preset: str, threads: int | None, steps: int) -> dict:
     import torch
 
     from bertlab.data import LoaderOptions, pretraining_loader
-    from bertlab.engine.readers import load_corpus
-    from bertlab.engine.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
     from bertlab.model import BertForPreTraining
     from bertlab.pretraining import pretrain
+    from bertlab.readers import load_corpus
+    from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, recipe
     from bertlab.tokenizer import train_tokenizer
 
     if threads is not None:

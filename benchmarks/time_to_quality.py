@@ -23,7 +23,7 @@ training data) are interleaved arm by arm, so machine noise hits every arm alike
 Printed and saved: median (min-max over seeds) curves on a common time grid; final scores,
 steps and tokens/s; the training time to reach mask_accuracy 0.20 and its ratios to the course's;
 accuracies at equal times and the time the course needs to reach each other arm's final accuracy;
-model FLOP/s (`bertlab.engine.sizes.flops_per_token`; the MLM head counted at every position for
+model FLOP/s (`bertlab.counts.flops_per_token`; the MLM head counted at every position for
 transformers) as a share of this machine's measured fp32 and bf16 matmul peak.
 
 Usage: python benchmarks/time_to_quality.py [--minutes 5] [--seeds 0 1 2] [--threads 1]
@@ -46,11 +46,10 @@ from _record import matmul_peak, write_record  # benchmarks/ is on sys.path when
 from torch import nn
 
 import bertlab as bl
+from bertlab.counts import flops_per_token
 from bertlab.course.cloze import cloze_score
 from bertlab.data import EpochLoader, EpochShuffleSampler, LoaderOptions, pretraining_loader
-from bertlab.engine.recipes import VAL_SEQ_LEN, recipe
 from bertlab.engine.resume import DataPosition
-from bertlab.engine.sizes import flops_per_token
 from bertlab.hf import hf_config_fields
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import (
@@ -60,6 +59,7 @@ from bertlab.model import (
     pretraining_loss_sums,
 )
 from bertlab.pretraining import evaluate, pretrain
+from bertlab.recipes import VAL_SEQ_LEN, recipe
 from bertlab.train import TrainConfig, TrainResult, build_optimizer, lr_at
 
 RESULTS = Path(__file__).parent / "results"

@@ -1,6 +1,6 @@
 """One pretraining step, bertlab vs transformers.BertForPreTraining, side by side on this CPU.
 
-bertlab's side is what its training step runs (`bertlab.engine.fast.FastPretraining` over a
+bertlab's side is what its training step runs (`bertlab.pretraining.FastPretraining` over a
 `BertForPreTraining`: the last block at [CLS] and the targets only, the MLM head at the targets).
 Both sides get the same config (dropout on, fp32), the same start weights, the same batch
 (32 x 128 tokens, vocab 8192, 15% MLM targets, NSP labels, no padding) and the same optimizer
@@ -34,10 +34,10 @@ import time
 
 import torch
 
-from bertlab.engine.fast import FastPretraining
 from bertlab.hf import hf_config_fields, to_hf_state_dict
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import FastPretraining
 
 SIDES = ("bertlab", "transformers")
 

@@ -55,7 +55,7 @@ RESULTS = REPO / "benchmarks" / "results"
 ARMS = {"mlm+nsp": ("mlm", "nsp"), "mlm": ("mlm",), "mlm+sop": ("mlm", "sop")}
 BASELINE = "mlm"  # the arm every other one is set against
 LABEL_BUDGETS = (8, 32)
-YARDSTICK = 64  # bertlab.engine.recipes.VAL_SEQ_LEN: the course's validation length
+YARDSTICK = 64  # bertlab.recipes.VAL_SEQ_LEN: the course's validation length
 MAX_FILE = 16 * 2**20  # a shipped model's largest file
 TRACE_STEPS = 100
 
@@ -171,8 +171,8 @@ def start_run(args: argparse.Namespace, arm: str, seed: int,
 
 def finish_run(args: argparse.Namespace, arm: str, seed: int, code: int, sitting: dict) -> int:
     """Note the sitting of a run that ended; for a finished run write summary.json and model/."""
+    from bertlab.atomic import atomic_write_json
     from bertlab.course.doctor import load_average
-    from bertlab.engine.files import atomic_write_json
 
     sitting["log"].close()
     run_dir = Path(sitting["command"][-1])
@@ -195,9 +195,10 @@ def finish_run(args: argparse.Namespace, arm: str, seed: int, code: int, sitting
 
 def write_summary(run_dir: Path, arm: str, seed: int, command: list[str]) -> dict:
     """Write a finished run's summary.json and model/ (what travels back from a GPU machine)."""
-    from bertlab.engine.card import save_hf
-    from bertlab.engine.checkpoint import latest_checkpoint, load_run, read_checkpoint_state
-    from bertlab.engine.files import atomic_write_json
+    from bertlab.atomic import atomic_write_json
+    from bertlab.engine.checkpoint import latest_checkpoint, read_checkpoint_state
+    from bertlab.hf import save_hf
+    from bertlab.loading import load_run
 
     state = read_checkpoint_state(latest_checkpoint(run_dir))
     model, tok = load_run(run_dir)
@@ -267,11 +268,11 @@ def pair_examples(run: dict, tok, length: int) -> tuple[Any, Any]:
     """Return (training pairs, validation pairs) at `length` tokens, as the run's command built
     them: its corpus (text or shards), its pair kind, draw 0 of its data seed, seed 0 for
     validation."""
+    from bertlab.artefacts import folder_kind
     from bertlab.data import LoaderOptions, pretraining_loader
-    from bertlab.engine.files import folder_kind
-    from bertlab.engine.readers import load_corpus
     from bertlab.engine.shards import shard_loader, shard_pair_length
     from bertlab.pairs import pairs_of
+    from bertlab.readers import load_corpus
 
     pairs = pairs_of(run["objectives"]) if len(run["objectives"]) > 1 else "nsp"
     args = run["run"]["args"]
@@ -318,7 +319,7 @@ def curve(history: list[dict], prefix: str, pair: str | None) -> list[dict]:
 def task(args: argparse.Namespace) -> tuple[list, list[str]]:
     """Return the downstream task's (documents, labels): BBC topics, or `--task-docs` of them
     drawn at random (small scoring runs, e.g. in tests)."""
-    from bertlab.engine.tasks import load_task
+    from bertlab.downstream import load_task
 
     docs, labels = load_task("bbc-topic")
     if args.task_docs and args.task_docs < len(docs):
@@ -386,9 +387,9 @@ def pair_limits(model, tok, summary: dict) -> dict:
     document has A's topic (a head that only told topics apart would get every same-topic
     NotNext wrong: `topic_only_ceiling`)."""
     from bertlab.corpus import split_documents
-    from bertlab.engine.readers import load_corpus
     from bertlab.masking import BERT_MASKING, MaskingConfig
     from bertlab.pairs import IS_NEXT
+    from bertlab.readers import load_corpus
 
     length = summary["run"]["max_seq_len"]
     train, val = pair_examples(summary, tok, length)
@@ -424,7 +425,7 @@ def pair_limits(model, tok, summary: dict) -> dict:
 def score_run(folder: Path, args: argparse.Namespace) -> dict:
     """Return one finished run's entry of the record."""
     from bertlab.course.cloze import CLOZE_SET, cloze_score
-    from bertlab.engine.loading import load_model
+    from bertlab.loading import load_model
 
     summary = json.loads((folder / "summary.json").read_text())
     pair = summary["objectives"][1] if len(summary["objectives"]) > 1 else None
@@ -465,8 +466,8 @@ def score_run(folder: Path, args: argparse.Namespace) -> dict:
 def random_init(runs: list[dict], args: argparse.Namespace, held: dict) -> dict:
     """Return the [CLS] probe of untrained models (each seed's initial weights): the floor; the
     seeds in `held` (a record's earlier ones) are kept as they are."""
-    from bertlab.engine.loading import load_model
     from bertlab.finetune import POOLINGS, ProbeConfig, linear_probe
+    from bertlab.loading import load_model
     from bertlab.model import BertForPreTraining
 
     docs, labels = task(args)
@@ -631,8 +632,8 @@ def check_same_origin(record: dict, summary: dict, path: Path) -> None:
 
 def write_twins_record(path: Path, record: dict, args: argparse.Namespace) -> None:
     """Write the record: what made it, the runs so far and their summaries."""
-    from bertlab.engine.files import atomic_write_json
-    from bertlab.engine.recipes import recipe
+    from bertlab.atomic import atomic_write_json
+    from bertlab.recipes import recipe
 
     runs = record["runs"]
     first = runs[0]
@@ -655,9 +656,9 @@ def ship(args: argparse.Namespace, record: dict, name: str, arm: str, path: Path
     the model card it makes (README.md)."""
     import shutil
 
+    from bertlab.atomic import atomic_write_json
     from bertlab.course.traces import make_trace
-    from bertlab.engine.card import write_manifest_card
-    from bertlab.engine.files import atomic_write_json
+    from bertlab.export import write_manifest_card
 
     runs = [r for r in record["runs"] if r["arm"] == arm]
     if not runs:
@@ -689,10 +690,10 @@ def _corpus_facts(corpus: str) -> tuple[str, int, str, str]:
     docs.txt (the document list)."""
     import hashlib
 
-    from bertlab.engine.card import KNOWN_CORPORA
-    from bertlab.engine.files import folder_kind
-    from bertlab.engine.readers import corpus_digest, load_corpus
+    from bertlab.artefacts import folder_kind
     from bertlab.engine.shards import hash_listing
+    from bertlab.export import KNOWN_CORPORA
+    from bertlab.readers import corpus_digest, load_corpus
 
     folder = Path(corpus) if Path(corpus).is_absolute() else REPO / corpus
     shards = folder_kind(folder) == "shards"
@@ -713,7 +714,7 @@ def manifest_of(record: dict, run: dict, shipped_by: str, path: Path) -> dict:
     minutes, load), its corpus, and its scores, with the 64-token yardstick as `validation`."""
     from dataclasses import replace
 
-    from bertlab.engine.recipes import Recipe
+    from bertlab.recipes import Recipe
 
     made = Recipe.from_dict(record["recipe"])
     if list(made.objectives) != run["objectives"]:  # a twin: the recipe with its own objectives
@@ -803,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         print("twins: no CUDA GPU here, nothing trained (pass --device cpu for the CPU twins)")
         return 0
-    from bertlab.engine.recipes import recipe
+    from bertlab.recipes import recipe
 
     chosen = recipe(args.recipe)
     if args.threads is None and torch.device(args.device).type == "cpu":

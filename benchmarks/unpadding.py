@@ -1,7 +1,7 @@
 """Unpadding on real BBC batches: bertlab padded vs bertlab unpadded vs transformers, on this CPU.
 
 A batch of BBC pairs at 128 tokens is padded to its longest pair, and about a tenth of its
-positions hold padding. `TrainConfig.unpad` (`real_tokens=` in `bertlab.engine.fast.FastPretraining`) runs every
+positions hold padding. `TrainConfig.unpad` (`real_tokens=` in `bertlab.pretraining.FastPretraining`) runs every
 block's projections, feed-forward and LayerNorms on the real tokens only and pads them back just
 for attention. This script times one training step (zero_grad, forward, MLM + NSP loss,
 backward, AdamW) three ways on the same batches, from the same start weights, dropout on, fp32:
@@ -35,9 +35,9 @@ from _record import write_record  # benchmarks/ is on sys.path when run as a scr
 
 import bertlab as bl
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.fast import FastPretraining, fast_inputs
 from bertlab.hf import hf_config_fields, to_hf_state_dict
 from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import FastPretraining, fast_inputs
 
 SIDES = ("padded", "unpadded", "transformers")
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -1,10 +1,11 @@
 """`python -m bertlab ...`: prepare shards, pretrain, export to Hugging Face, fill-mask, demo, doctor.
 
-Every subcommand is a thin layer over package functions; `pretrain` gets one flag per
-`TrainConfig` field and per model-size setting, generated from the dataclasses (the argparse
-settings of each come from the field's annotation, through `_FLAG_KINDS`). The checks and their
-messages are the library's, which name a setting as both readers know it ("TrainConfig.lr
-(--lr)"); errors reach `main` as exceptions and leave as one `error:` line and an exit code.
+Every subcommand is a thin layer over package functions. `pretrain` lives in its own module
+(`bertlab.commands.pretrain`: its flags, one per `TrainConfig` field and model setting, and its
+run); the flags several commands share are in `bertlab.commands.flags`. The checks and their
+messages are the library's, which name a setting ("TrainConfig.lr"); `main` adds the flag of each
+setting a message names ("TrainConfig.lr (--lr)"), and errors leave as one `error:` line and an
+exit code.
 
 Taught in notebooks/05_pretraining.ipynb
 """
@@ -18,38 +19,37 @@ from pathlib import Path
 
 import torch
 
-from bertlab.engine.card import export_run
-from bertlab.engine.device import (
-    resolve_device,
+from bertlab.atomic import atomic_write_json
+from bertlab.commands import pretrain
+from bertlab.commands.flags import (
+    THREADS_WHY,
+    VOCAB_HELP,
+    add_encoding_errors,
+    add_row_fields,
+    with_flags,
 )
-from bertlab.engine.files import (
-    atomic_write_json,
-    writing_into,
-)
-from bertlab.engine.loading import load_model, pretrained_length
+from bertlab.commands.pretrain import check_threads, read_options
+from bertlab.downstream import compare_downstream
+from bertlab.engine.device import resolve_device
+from bertlab.engine.folders import writing_into
 from bertlab.engine.outputs import check_output
-from bertlab.engine.recipes import DEMO_STEPS, RECIPES
-from bertlab.engine.records import BAD_ROW_CHOICES
 from bertlab.engine.resume import interrupt_on_sigterm
-from bertlab.engine.run import add_run_settings, check_threads, read_options, run_pretraining
 from bertlab.engine.shards import (
     PrepareOptions,
     prepare_command,
 )
 from bertlab.engine.streaming import StreamOptions
-from bertlab.engine.tasks import compare_downstream
 from bertlab.errors import BadInput, run_reporting
+from bertlab.export import export_run
 from bertlab.finetune import FinetuneConfig, format_table
+from bertlab.loading import load_model, pretrained_length
 from bertlab.pairs import INPUTS, SINGLE
 from bertlab.pretraining import fill_mask
+from bertlab.recipes import DEMO_STEPS
 
 # finetune --methods -> the method's name in compare_downstream's table
 _METHODS = {"fine-tuned": "fine-tuned", "linear-probe": "linear probe", "tf-idf": "TF-IDF",
             "from-scratch": "from scratch"}
-_VOCAB_HELP = "when training a tokenizer (default: 8192)"
-_THREADS_WHY = ("A small model does not split well: on 2 cores beside one busy program, the "
-                "demo's first 300 steps took 11x as long with 2 threads as with 1 "
-                "(benchmarks/threads.py)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                "0 done; 2 bad input (one 'error:' line, nothing written); 1 the run failed "
                "(NaN loss, disk full); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for add_command in (_add_prepare, _add_pretrain, _add_finetune, _add_export_hf,
+    for add_command in (_add_prepare, pretrain.add_parser, _add_finetune, _add_export_hf,
                         _add_fill_mask, _add_demo, _add_doctor):
         add_command(sub)
     return parser
@@ -78,7 +78,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                         "or rows: a .jsonl, .csv, .tsv or .parquet file (any of them may be .gz)")
     p.add_argument("--out", required=True, help="folder to write the shards into")
     p.add_argument("--tokenizer", help="a saved tokenizer.json (default: train one on the corpus)")
-    p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
+    p.add_argument("--vocab-size", type=int, default=8192, help=VOCAB_HELP)
     p.add_argument("--max-seq-len", type=int, default=128, help="tokens per example (default: 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of the NSP pairing (default: 0)")
     p.add_argument("--shard-size", type=int, default=100_000,
@@ -92,93 +92,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
                    help="pairs: NSP pairs [CLS] A [SEP] B [SEP]; single: [CLS] text [SEP], "
                         "sentences packed per document, for pretrain --objectives mlm "
                         "--segments single on text of one-sentence documents (default: pairs)")
-    _add_encoding_errors(p)
-    _add_row_fields(p)
-
-
-_ENCODINGS = ("strict", "replace", "ignore")
-
-
-def _add_encoding_errors(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--encoding-errors", default="strict", choices=_ENCODINGS,
-                   help="bytes of the text read that are not UTF-8: strict refuses the file, "
-                        "replace reads them as U+FFFD, ignore drops them (default: strict)")
-
-
-def _add_row_fields(p: argparse.ArgumentParser, labels: bool = False) -> None:
-    """Add the flags that say how a file of rows (.jsonl, .csv, .tsv, .parquet) is read."""
-    p.add_argument("--text-field", default=None, metavar="NAME",
-                   help="the field of each row that holds its text (default: text)")
-    if labels:
-        p.add_argument("--label-field", default=None, metavar="NAME",
-                       help="the field of each row that holds its label (default: label)")
-    p.add_argument("--doc-field", default=None, metavar="NAME",
-                   help="consecutive rows with the same value of this field form one document, "
-                        "in order (default: each row is a document)")
-    p.add_argument("--on-bad-row", default=None, choices=BAD_ROW_CHOICES,
-                   help="a row that is not JSON or whose field is missing, not text or empty: "
-                        "error stops there, naming it; skip skips it and counts it "
-                        "(default: error)")
-
-
-def _add_pretrain(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pretrain", help="pretrain a BERT (masked LM, + NSP or SOP) and save "
-                                        "checkpoints",
-                       description="Pretrain BertForPreTraining on a corpus. Checkpoints, the "
-                                   "tokenizer and the metric history go to --out. With "
-                                   "--minutes alone, the time budget decides when to stop.")
-    p.add_argument("--corpus", default="bbc",
-                   help="bbc, a .txt file / folder of .txt files, a .jsonl / .csv / .tsv / "
-                        ".parquet file of rows, or a shard folder from prepare (default: bbc)")
-    p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
-    p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
-    p.add_argument("--recipe", default="course", choices=sorted(RECIPES),
-                   help="course: leaves the unigram plateau in minutes on a CPU; bert: the "
-                        "paper's recipe (15%% masking, NSP, dropout, AdamW); gpu: BERT's tasks "
-                        "for minutes on one GPU (256 x 128-token pairs, drawn afresh each "
-                        "epoch). Flags below override its settings (default: course)")
-    p.add_argument("--objectives", default=None,
-                   help="what the model learns, comma-separated: mlm (always) plus nsp (BERT's "
-                        "next-sentence prediction) or sop (ALBERT's sentence order), e.g. "
-                        "mlm,sop; with mlm alone the pooler and pair head stay untrained "
-                        "(default: from --recipe)")
-    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
-                   help="short for --objectives mlm,nsp; --no-nsp: --objectives mlm")
-    p.add_argument("--segments", default="pairs", choices=INPUTS,
-                   help="pairs: [CLS] A [SEP] B [SEP] from documents of two or more sentences; "
-                        "single: [CLS] text [SEP], sentences packed per document, for masked LM "
-                        "alone on text of one-sentence documents (reviews, tweets), or on "
-                        "shards from prepare --segments single (default: pairs)")
-    p.add_argument("--mlm-probability", type=float, default=None,
-                   help="share of training tokens selected as targets, then 80/10/10; "
-                        "validation is always masked BERT's way (default: from --recipe)")
-    p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
-                   "folder's, or one trained on the corpus)")
-    p.add_argument("--vocab-size", type=int, default=8192, help=_VOCAB_HELP)
-    _add_encoding_errors(p)
-    _add_row_fields(p)
-    p.add_argument("--max-seq-len", type=int, default=None,
-                   help="tokens per NSP example (default: from --recipe)")
-    p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
-    p.add_argument("--pair-draws", type=int, default=None, metavar="K",
-                   help="cut the corpus into pairs K times and train epoch e on draw e %% K "
-                        "(default: from --recipe for text, 16 for gpu and 1 for the others; a "
-                        "shard folder's own draws, from prepare --pair-draws)")
-    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
-    p.add_argument("--group-by-length", type=int, default=None, metavar="G",
-                   help="batch training pairs of similar length, sorting G batches at a time: "
-                        "less padding, and no attention mask on batches without any (default: "
-                        "off)")
-    p.add_argument("--threads", type=int, default=None,
-                   help=f"torch CPU threads (default on a CPU: 1 for the tiny and mini presets, "
-                        f"torch's choice for larger ones). {_THREADS_WHY}")
-    p.add_argument("--validate-also", nargs="+", default=None, metavar="LEN_OR_SHARDS",
-                   help="more validation sets, each a row's val_<length>_ columns: a token "
-                        "length (the corpus's validation pairs cut that long, e.g. 64, the "
-                        "course's yardstick) or, with shards, a shard folder prepared at another "
-                        "length with the same tokenizer (default: none)")
-    add_run_settings(p)
+    add_encoding_errors(p)
+    add_row_fields(p)
 
 
 def _add_finetune(sub: argparse._SubParsersAction) -> None:
@@ -212,8 +127,8 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads (default: torch's own, one per core)")
     p.add_argument("--json", help="also write the results to this JSON file (a folder that "
                                   "does not exist yet is made)")
-    _add_encoding_errors(p)
-    _add_row_fields(p, labels=True)
+    add_encoding_errors(p)
+    add_row_fields(p, labels=True)
 
 
 def _add_export_hf(sub: argparse._SubParsersAction) -> None:
@@ -252,7 +167,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
                    help="epochs of [CLS] fine-tuning on BBC topics at the end (default: 3)")
     p.add_argument("--threads", type=int, default=None,
                    help=f"torch CPU threads (default on a CPU: 1, as for every tiny model). "
-                        f"{_THREADS_WHY}")
+                        f"{THREADS_WHY}")
 
 
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
@@ -315,21 +230,6 @@ def dropped_line(meta: dict) -> str:
         parts.append(f"{one:,} one-sentence document(s) skipped: an NSP pair needs two "
                      f"sentences (--segments single keeps them)")
     return "left out: " + "; ".join(parts) if parts else ""
-
-
-def cmd_pretrain(args: argparse.Namespace) -> int:
-    """Pretrain on `--corpus` into `--out` (`bertlab.engine.run.run_pretraining`), then print the
-    history and where the run ended."""
-    from bertlab.course.demo import history_table
-    from bertlab.course.doctor import load_note
-
-    result = run_pretraining(args)
-    if result is not None:  # rank 0 speaks for all
-        print(history_table(result.history))
-        print(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
-              f"min (stopped by {result.stopped_by}; {load_note()}); checkpoint "
-              f"{result.checkpoint}")
-    return 0
 
 
 def cmd_export_hf(args: argparse.Namespace) -> int:
@@ -447,7 +347,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # Entry point: one error line and an exit code
 
 
-COMMANDS = {"prepare": cmd_prepare, "pretrain": cmd_pretrain, "finetune": cmd_finetune,
+COMMANDS = {"prepare": cmd_prepare, "pretrain": pretrain.command, "finetune": cmd_finetune,
             "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo,
             "doctor": cmd_doctor}
 
@@ -480,4 +380,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         with interrupt_on_sigterm():
             return COMMANDS[args.command](args)
 
-    return run_reporting(command)
+    chosen = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return run_reporting(command, with_flags(chosen.choices[args.command]))

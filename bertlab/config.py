@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from bertlab.errors import BadInput, check_number, flag_of
+from bertlab.errors import BadInput, check_number
 
 # TensorBoard's event files are an extra; a setting that asks for them is refused without it.
 INSTALL = "pip install 'bertlab[tensorboard]'"
@@ -125,8 +125,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
         if self.max_steps is None and self.max_minutes is None:
-            raise ValueError("TrainConfig needs a budget: set max_steps (--max-steps), "
-                             "max_minutes (--max-minutes) or both")
+            raise ValueError("TrainConfig needs a budget: set max_steps, max_minutes or both")
         kinds = {"positive integer": ("max_steps", "stop_after", "batch_size", "grad_accum",
                                       "eval_interval", "eval_batches", "checkpoint_interval",
                                       "keep_checkpoints"),
@@ -136,36 +135,35 @@ class TrainConfig:
         for kind, names in kinds.items():
             for name in names:
                 check_number("TrainConfig", name, getattr(self, name), kind,
-                             none_ok=name in _OPTIONAL, flag=True)
+                             none_ok=name in _OPTIONAL)
         if self.warmup_steps is not None and self.max_steps is not None and \
                 self.warmup_steps >= self.max_steps:
-            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps} (--warmup-steps) "
-                             f"is not below max_steps={self.max_steps} (--max-steps): the run "
-                             f"would never leave warmup; use fewer warmup steps (or "
-                             f"warmup_fraction, --warmup-fraction)")
+            raise ValueError(f"TrainConfig.warmup_steps={self.warmup_steps} is not below "
+                             f"max_steps={self.max_steps}: the run would never leave warmup; "
+                             f"use fewer warmup steps (or warmup_fraction)")
         for name in ("warmup_fraction", "min_lr_ratio"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"TrainConfig.{name} ({flag_of(name)}) must be in [0, 1), got "
+                raise ValueError(f"TrainConfig.{name} must be in [0, 1), got "
                                  f"{getattr(self, name)!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"TrainConfig.betas (--betas) must be two numbers in [0, 1), got "
+            raise ValueError(f"TrainConfig.betas must be two numbers in [0, 1), got "
                              f"{self.betas!r}")
         choices = {"schedule": ("linear", "cosine", "constant"), "optimizer": ("adamw", "muon"),
                    "precision": ("auto", "fp32", "bf16", "fp16"),
                    "newton_schulz": ("auto", "bf16", "fp32")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} ({flag_of(name)}) "
-                                 f"is not one of {', '.join(allowed)}")
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} is not one of "
+                                 f"{', '.join(allowed)}")
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
-            raise ValueError(f"TrainConfig.device={self.device!r} (--device) is not auto, cpu, "
+            raise ValueError(f"TrainConfig.device={self.device!r} is not auto, cpu, "
                              f"mps, cuda or cuda:N")
         if self.batch_size % self.grad_accum:
-            raise ValueError(f"TrainConfig.batch_size={self.batch_size} (--batch-size) is not "
-                             f"divisible by grad_accum={self.grad_accum} (--grad-accum); the "
+            raise ValueError(f"TrainConfig.batch_size={self.batch_size} is not divisible by "
+                             f"grad_accum={self.grad_accum}; the "
                              f"global batch is split evenly into micro-batches")
         if self.tensorboard_dir is not None:  # refused now, before a run writes anything
-            check_tensorboard("TrainConfig.tensorboard_dir (--tensorboard)")
+            check_tensorboard("TrainConfig.tensorboard_dir")
             self.tensorboard_dir = str(self.tensorboard_dir)  # a Path too; saved as JSON
 
     def to_dict(self) -> dict:

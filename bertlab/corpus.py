@@ -10,7 +10,7 @@ Read top to bottom:
   `paragraphs` and `paragraph_sentences` are the same steps for a stream of lines.
 
 Reading text into Documents (the named corpora "bbc", "zh-news" and "zh-reviews", or your own
-files) is `bertlab.load_corpus`, in `bertlab.engine.readers`.
+files) is `bertlab.load_corpus`, in `bertlab.readers`.
 
 Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 """
@@ -78,7 +78,7 @@ def split_documents(docs: Sequence[Document]) -> dict[str, list[Document]]:
 #
 # A sentence ends at . ! ? (English, with exceptions for abbreviations, initials and numbers) or
 # at 。！？ (Chinese); paragraphs that a lost line break cut in two are joined again.
-# `bertlab.engine.textfiles` reads files larger than memory through `paragraphs` and
+# `bertlab.textfiles` reads files larger than memory through `paragraphs` and
 # `paragraph_sentences`, the same steps for a stream of lines.
 
 # Words after which a full stop does not end a sentence.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +32,7 @@ import torch.distributed as dist
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from bertlab.config import TrainConfig, rank_world
 from bertlab.corpus import SPLITS, Document, split_documents
 from bertlab.errors import BadInput, check_type
 from bertlab.masking import (
@@ -134,7 +135,7 @@ def check_draws_fit(first: Sequence[Example], pair_draws: int) -> None:
     if per_draw * pair_draws <= MAX_DRAWS_BYTES:
         return
     fit = max(1, MAX_DRAWS_BYTES // max(per_draw, 1))
-    raise ValueError(f"pair_draws={pair_draws} (--pair-draws) would build {pair_draws} draws of "
+    raise ValueError(f"pair_draws={pair_draws} would build {pair_draws} draws of "
                      f"{len(first)} pairs in memory before the first step, about "
                      f"{per_draw * pair_draws / 2**30:,.1f} GiB ({per_draw / 2**20:.1f} MiB "
                      f"each); pass pair_draws <= {fit} (up to {MAX_DRAWS_BYTES / 2**30:g} GiB), "
@@ -621,23 +622,34 @@ class RunData:
     group_by_length: int = 0         # batches sorted by length together (0: off)
 
 
-@runtime_checkable
-class SaysItsData(Protocol):
-    """A loader that states its `RunData` (`EpochLoader`, or a wrapper that passes it on)."""
-
-    def run_data(self) -> RunData | None:
-        """Return what a pretraining run needs from this loader's data, or None."""
-
-
 def run_data_of(loader: object) -> RunData | None:
-    """Return what `loader` states of its data (`RunData`); None for any other iterable."""
-    return loader.run_data() if isinstance(loader, SaysItsData) else None
+    """Return what `loader` states of its data (`EpochLoader.run_data`, or a wrapper's that passes
+    it on); None for any other iterable of batches."""
+    states = getattr(loader, "run_data", None)
+    return states() if callable(states) else None
+
+
+def check_loader_batch(loader: Iterable, config: TrainConfig, world: int | None = None) -> None:
+    """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step
+    over `world` processes (None: those of this run's process group)."""
+    world = rank_world()[1] if world is None else world
+    per_batch = getattr(loader, "batch_size", None)
+    if per_batch is None:  # a loader built on a batch sampler (batches grouped by length)
+        per_batch = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    if per_batch is not None and per_batch * config.grad_accum * world != config.batch_size:
+        raise ValueError(
+            f"the loader gives batches of {per_batch}, but TrainConfig.batch_size="
+            f"{config.batch_size} with grad_accum={config.grad_accum} on {world} "
+            f"process(es) needs {config.batch_size / (config.grad_accum * world):g} per batch; "
+            f"pass a batch_size that is a multiple of {config.grad_accum * world} (grad_accum x "
+            f"processes), and build the loader with batch_size=batch_size // (grad_accum x "
+            f"processes)")
 
 
 @dataclass(frozen=True)
 class LoaderOptions:
     """Every setting of `pretraining_loader` but the data, the split and the seed, with its
-    default. `bertlab.engine.recipes.Recipe.loader_options()` gives a recipe's; change a few with
+    default. `bertlab.recipes.Recipe.loader_options()` gives a recipe's; change a few with
     `dataclasses.replace(options, batch_size=8)`.
 
     The examples built from Documents: `max_seq_len`, `pairs` ("nsp", "sop" or "single",

@@ -98,18 +98,19 @@ def show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-def run_reporting(command: Callable[[], int]) -> int:
+def run_reporting(command: Callable[[], int], words: Callable[[str], str] = str) -> int:
     """Return the exit code of `command()`: its own, or the one its exception maps to (above),
-    after printing one `error:` line. Warnings print as one `warning:` line meanwhile."""
+    after printing one `error:` line (its text through `words`: the CLI adds the flag of each
+    setting a message names). Warnings print as one `warning:` line meanwhile."""
     with warnings.catch_warnings():
         warnings.showwarning = show_warning
         try:
             return command()
         except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {words(str(e))}", file=sys.stderr)
             return 2
         except FloatingPointError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {words(str(e))}", file=sys.stderr)
             return 1
         except OSError as e:
             print(os_error_line(e), file=sys.stderr)
@@ -137,20 +138,18 @@ _NUMBER_KINDS = {
 def flag_of(name: str) -> str:
     """Return the command-line flag of a settings field: "max_seq_len" -> "--max-seq-len".
 
-    The CLI makes its generated flags (one per TrainConfig field) this way, so an error about a
-    setting can name it as both readers know it: "TrainConfig.lr (--lr)".
+    The CLI makes its generated flags (one per TrainConfig field) this way, and adds the flag to
+    an error that names the setting: "TrainConfig.lr (--lr)".
     """
     return "--" + name.replace("_", "-")
 
 
-def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool = False,
-                 flag: bool = False) -> None:
+def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool = False) -> None:
     """Raise a ValueError naming `owner.name`, `kind` and `value` unless `value` is of `kind`.
 
     `kind` is "positive integer", "integer >= 0", "positive number" or "number >= 0" (a bool is
-    none of them; a number is finite, never inf or NaN); None passes when `none_ok`. With `flag`
-    (a setting the CLI has a flag for) the error names the flag too (`flag_of`). E.g.
-    "TrainConfig.lr (--lr) must be a positive number, got -1.0".
+    none of them; a number is finite, never inf or NaN); None passes when `none_ok`. E.g.
+    "TrainConfig.lr must be a positive number, got -1.0" (the CLI adds "(--lr)").
     """
     if value is None and none_ok:
         return
@@ -158,6 +157,5 @@ def check_number(owner: str, name: str, value: Any, kind: str, *, none_ok: bool 
         article = "an" if kind[0] in "aeiou" else "a"
         finite = ("; inf and NaN are not settings" if isinstance(value, float)
                   and not math.isfinite(value) else "")
-        named = f"{owner}.{name}" + (f" ({flag_of(name)})" if flag else "")
-        raise ValueError(f"{named} must be {article} {kind}"
+        raise ValueError(f"{owner}.{name} must be {article} {kind}"
                          f"{' or None' if none_ok else ''}, got {value!r}{finite}")

@@ -3,7 +3,7 @@
 Every method returns the same `ClassificationResult` (accuracy, macro-F1, confusion matrix on a
 held-out split), so their tables line up. Read top to bottom:
 
-- The task: documents and their labels (`bertlab.engine.tasks.load_task` reads a named task,
+- The task: documents and their labels (`bertlab.downstream.load_task` reads a named task,
   "bbc-topic", or your own labelled folder or file); `labelled_splits` sets their training,
   validation and evaluation documents apart.
 - The inputs, [CLS] title + first sentences [SEP] (`document_chunks`), and the metrics every
@@ -40,6 +40,7 @@ from torch import nn
 from bertlab.corpus import SPLITS, Document
 from bertlab.data import EpochLoader, EpochShuffleSampler
 from bertlab.errors import BadInput, check_number, check_type
+from bertlab.loading import load_model
 from bertlab.model import BertConfig, BertForSequenceClassification, BertModel
 from bertlab.tokenizer import check_tokenizer_fits, special_ids
 from bertlab.train import Objective, TrainConfig, train_loop
@@ -488,8 +489,6 @@ def tfidf_baseline(docs: Sequence[Document], labels: Sequence[str] | None = None
 # Fine-tuning: every weight trained on the task, from pretrained or from random weights
 
 METHODS = ("fine-tuned", "linear probe", "TF-IDF", "from scratch")  # what compare_methods runs
-# The settings the `finetune` command has a flag for (`--epochs`...), named in their errors.
-_FLAGGED = ("epochs", "lr", "batch_size", "max_seq_len", "device")
 
 
 @dataclass
@@ -524,13 +523,12 @@ class FinetuneConfig:
                  "positive integer": ("min_steps", "batch_size", "max_chunks")}
         for kind, names in kinds.items():
             for name in names:
-                check_number("FinetuneConfig", name, getattr(self, name), kind,
-                             flag=name in _FLAGGED)
+                check_number("FinetuneConfig", name, getattr(self, name), kind)
         if not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"FinetuneConfig.warmup_fraction must be in [0, 1), got "
                              f"{self.warmup_fraction!r}")
         if self.max_seq_len < 3:
-            raise ValueError(f"FinetuneConfig.max_seq_len={self.max_seq_len} (--max-seq-len) "
+            raise ValueError(f"FinetuneConfig.max_seq_len={self.max_seq_len} "
                              f"leaves no room for text after [CLS] and [SEP]; use at least 3")
 
     def steps_for(self, num_examples: int) -> int:
@@ -590,11 +588,6 @@ class ClassificationObjective(Objective):
 def _as_classifier(source: nn.Module | BertConfig, num_labels: int,
                    generator: torch.Generator) -> tuple[BertForSequenceClassification, str]:
     """Return a fresh classifier whose encoder is copied from `source` (random for a config)."""
-    if isinstance(source, (str, Path)):  # folders on disk are the engine's to open
-        raise BadInput(f"finetune_classifier's pretrained '{source}'", "it is a path, and "
-                       "bertlab.finetune fine-tunes a model it is given",
-                       "pass bl.load_model(path)[0], or call bl.finetune_classifier "
-                       "(bertlab.engine.tasks), which opens run and Hugging Face folders")
     if isinstance(source, BertConfig):
         return BertForSequenceClassification(source, num_labels, generator=generator), "random"
     encoder = bert_encoder(source)
@@ -632,9 +625,8 @@ def finetune_classifier(
     (the trained model is in `result.model`).
 
     `pretrained`: a bertlab model (its encoder and pooler are copied; the original is not
-    changed), or a `BertConfig` for a random initialisation (the "from scratch" baseline);
-    `bertlab.engine.tasks.finetune_classifier` (`bl.finetune_classifier`) also starts from a run
-    or Hugging Face folder. Training uses the documents whose split is "train" (`k_per_class` of each class when given, drawn with `config.seed`) and the training
+    changed), a run folder or Hugging Face folder (its model, `bertlab.loading.load_model`), or a
+    `BertConfig` for a random initialisation (the "from scratch" baseline). Training uses the documents whose split is "train" (`k_per_class` of each class when given, drawn with `config.seed`) and the training
     loop of `bertlab.train` (AdamW, warmup + linear decay, mixed precision, checkpoints in
     `out_dir` when given); scores are on `config.eval_split`, with the validation accuracy in
     `details`. `config` is a `FinetuneConfig`, or a `TrainConfig` used as is (inputs and the
@@ -646,6 +638,8 @@ def finetune_classifier(
                "a bertlab model or a BertConfig", "pass the model bl.load_model gives, or a "
                "BertConfig for a random start")
     check_inputs("finetune_classifier", docs, tokenizer)
+    if isinstance(pretrained, (str, os.PathLike)):
+        pretrained = load_model(pretrained)[0]
     check_type(config, (FinetuneConfig, TrainConfig, type(None)), "finetune_classifier(config)",
                "a FinetuneConfig, a TrainConfig or None", "pass bl.FinetuneConfig(...)")
     if isinstance(config, TrainConfig):  # the loop's settings as given; inputs as the defaults
@@ -757,7 +751,7 @@ def compare_methods(
     for each labels-per-class budget and seed (`format_table` prints them side by side).
     `config` holds the fine-tuning settings, and what every method reads and is scored on (its
     max_seq_len, max_chunks and eval_split); each run takes its seed from `seeds`.
-    `bertlab.engine.tasks.compare_downstream` reads a named task or your own folder, then calls
+    `bertlab.downstream.compare_downstream` reads a named task or your own folder, then calls
     this.
 
     Taught in notebooks/06_cls_and_downstream.ipynb

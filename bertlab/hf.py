@@ -2,7 +2,7 @@
 
 Read top to bottom: the state-dict mapping (`to_hf_state_dict`, `from_hf_state_dict`), the
 config.json fields, the export's files (`hf_files`, `write_hf`) and the import. A folder written
-by `bertlab.engine.card.save_hf` loads with
+by `bertlab.export.save_hf` loads with
 `transformers.BertForPreTraining.from_pretrained(dir)` and
 `BertTokenizerFast.from_pretrained(dir)`; `load_hf` reads such folders (ours or Hugging Face's)
 back. The files are plain JSON and safetensors, so none of this imports `transformers`.
@@ -30,7 +30,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from bertlab.artefacts import LOCK_NAME, describe_kind, folder_kind
+from bertlab.atomic import through_link
 from bertlab.data import PretrainingCollator
+from bertlab.engine.folders import atomic_write_folder, keep_entry, sweep_dead_writers
+from bertlab.engine.outputs import check_output
 from bertlab.errors import BadType, check_type
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
@@ -82,7 +86,7 @@ _REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_
                          "intermediate_size")
 _FLOAT_CONFIG_FIELDS = ("hidden_dropout", "attention_dropout", "layer_norm_eps",
                         "initializer_range")
-# The line that marks a README.md as a model card bertlab wrote (`bertlab.engine.card`): an export
+# The line that marks a README.md as a model card bertlab wrote (`bertlab.export`): an export
 # replaces such a card, and keeps any other README.md, a user's own, untouched.
 CARD_MARK = ("<!-- This model card was written by bertlab; a new export replaces it. Delete this "
              "line to keep your edits. -->")
@@ -328,7 +332,7 @@ def hf_files(model: BertForPreTraining | BertForSequenceClassification,
     """Return what a Hugging Face folder of `model` holds: its text files (name -> text:
     config.json and, unless `tokenizer` is None, the tokenizer files, whose model_max_length is
     `max_length`, the length the model was pretrained at, or else its positions) and the
-    tensors of model.safetensors. `write_hf` writes them; `bertlab.engine.card.save_hf` does both, into a
+    tensors of model.safetensors. `write_hf` writes them; `save_hf` does both, into a
     folder it builds aside and renames into place.
     """
     files = {"config.json": json.dumps(hf_config_dict(model, label_names), indent=2) + "\n"}
@@ -548,3 +552,99 @@ def mask_epoch_callback(collator: PretrainingCollator) -> Any:
             collator.set_epoch(math.floor((state.epoch or 0) + 1e-9))
 
     return MaskEpochCallback()
+
+
+# --------------------------------------------------------------------------------------------
+# Writing a Hugging Face folder in one step
+
+
+class OutputFolderTakenError(ValueError, FileExistsError):
+    """`save_hf` was pointed at a folder that holds something other than a Hugging Face export."""
+
+
+def save_hf(
+    model: BertForPreTraining | BertForSequenceClassification,
+    tokenizer: Tokenizer | None,
+    out_dir: str | Path,
+    label_names: list[str] | None = None,
+    card: str | None = None,
+    max_length: int | None = None,
+) -> Path:
+    """Return `out_dir` after writing a Hugging Face folder there: config.json,
+    model.safetensors, (unless `tokenizer` is None) the tokenizer files (`bertlab.hf.hf_files`)
+    and (with `card`, the text of a model card from `model_card`) README.md. `max_length`, the
+    length the model was pretrained at, is the tokenizer's model_max_length (None: the model's
+    positions), so `transformers` never truncates to positions that had no gradient.
+
+    The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
+    a crash never leaves half a model. An existing export there is replaced, and the files in it
+    that an export does not write are kept, a README.md of the user's too (one without
+    `CARD_MARK`: `card` then is not written), and so is a folder that holds only such a
+    README.md; weights of another format there are refused. Any other non-empty folder, a file or a path under a file is
+    refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
+    FileExistsError, for a folder that holds something else).
+
+    Taught in notebooks/04_encoder.ipynb
+    """
+    check_type(model, (BertForPreTraining, BertForSequenceClassification), "save_hf(model)",
+               "a bertlab BertForPreTraining or BertForSequenceClassification",
+               "pass the model bl.load_model or bl.BertForPreTraining gives")
+    check_type(tokenizer, (Tokenizer, type(None)), "save_hf(tokenizer)",
+               "a tokenizers.Tokenizer or None", "pass the tokenizer the model was trained with")
+    check_type(out_dir, (str, os.PathLike), "save_hf(out_dir)", "a path",
+               "pass the export folder's path as a str or pathlib.Path")
+    out_dir = Path(out_dir)
+    sweep_dead_writers(through_link(out_dir))  # a killed export's set-aside copy back first
+    kind = folder_kind(out_dir)
+    if kind == "other" and holds_only_users_readme(out_dir):
+        kind = "readme"  # a folder made for the export, with its README written first
+    if kind not in ("missing", "empty", "hf", "file", "readme"):
+        raise OutputFolderTakenError(
+            f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
+            f"replaced; choose a new or empty folder (nothing was written)")
+    check_output(out_dir, "out_dir", folder=True,
+                 accept=("hf", "other") if kind == "readme" else ("hf",))
+    files, tensors = hf_files(model, tokenizer, label_names, max_length)
+    replacing = kind in ("hf", "readme")
+    if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
+        files["README.md"] = card
+    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if replacing else []
+
+    def write(folder: Path) -> None:
+        write_hf(folder, files, tensors)
+        for entry in kept:  # the user's own files come along into the new folder
+            keep_entry(entry, folder / entry.name)
+
+    return atomic_write_folder(out_dir, write)
+
+
+def holds_only_users_readme(folder: Path) -> bool:
+    """Return whether `folder` holds a README.md of the user's and nothing else (but a lock):
+    a folder an export may fill, keeping that README."""
+    names = {e.name for e in folder.iterdir()} - {LOCK_NAME}
+    return names == {"README.md"} and is_users_readme(folder / "README.md")
+
+
+def is_users_readme(path: Path) -> bool:
+    """Return whether `path` is there and is not a model card bertlab wrote (no CARD_MARK)."""
+    if not path.exists():
+        return False
+    return not (path.is_file() and CARD_MARK in path.read_text(encoding="utf-8", errors="replace"))
+
+
+_WEIGHT_FILES = (".bin", ".safetensors", ".h5", ".msgpack", ".ckpt", ".index.json")
+
+
+def _kept_entries(folder: Path, written: set[str]) -> list[Path]:
+    """Return what an export replacing `folder` keeps: every entry it does not write itself.
+
+    Weights it did not write (another format, or shards) are refused: beside the new
+    model.safetensors they would make the folder two models at once.
+    """
+    kept = sorted(e for e in folder.iterdir() if e.name not in written)
+    weights = [e.name for e in kept if e.name.endswith(_WEIGHT_FILES)]
+    if weights:
+        raise OutputFolderTakenError(
+            f"'{folder}' also holds {', '.join(weights)}: weights that this export would not "
+            f"replace; move them out first, or export to a new folder (nothing was written)")
+    return kept

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 from tokenizers import Encoding, Tokenizer
 
-from bertlab.errors import flag_of
 from bertlab.tokenizer import MASK, SPECIAL_TOKENS, SpecialIds, special_ids
 
 # --------------------------------------------------------------------------------------------
@@ -224,8 +223,7 @@ class Decision(enum.IntEnum):
 
 def _check_probability(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        flag = f" ({flag_of(name)} on the command line)" if name == "mlm_probability" else ""
-        raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]{flag}")
+        raise ValueError(f"{name}={value!r} is not a probability; pass a number in [0, 1]")
     return float(value)
 
 

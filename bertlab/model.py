@@ -8,10 +8,10 @@ a linear layer on [CLS], which fine-tuning trains. Numerics follow the original 
 post-LN, LayerNorm eps 1e-12, tanh pooler, MLM decoder tied to the word embeddings), so that
 `bertlab.hf` can map weights to and from `transformers.BertForPreTraining` and get the same
 numbers. Imports only torch and the label constant (`bertlab.masking.IGNORE_INDEX`); parameter
-and FLOP counts are in `bertlab.engine.sizes`.
+and FLOP counts are in `bertlab.counts`.
 
 This is the textbook form: every forward takes the inputs a reader expects and returns one shape
-per field. The training step runs the same weights through `bertlab.engine.fast`, which adds
+per field. The training step runs the same weights through `bertlab.pretraining`, which adds
 what only speed needs (the last block at the MLM targets only, a fixed number of MLM rows for
 torch.compile, unpadding); tests keep the two equal.
 

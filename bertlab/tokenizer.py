@@ -9,7 +9,7 @@ Read top to bottom:
   and caches it on disk (each file renamed into place whole, its digests checked on every read;
   a cache that cannot be written costs a warning, never the call); `load_tokenizer` and
   `tokenizer_from_vocab` (a BERT vocab.txt) read one back, and
-  `bertlab.engine.files.save_tokenizer` writes one; `special_ids` gives the ids of [PAD] [UNK]
+  `save_tokenizer` writes one; `special_ids` gives the ids of [PAD] [UNK]
   [CLS] [SEP] [MASK]; `unk_rate` says how much of a text the vocabulary misses.
 - Chinese: `chinese_word_ids` maps a gold word segmentation onto the tokens, for whole-word
   masking. Last, the checks that a tokenizer fits a model (`check_tokenizer_fits`) or has
@@ -44,6 +44,7 @@ from tokenizers import (
     processors,
 )
 
+from bertlab.atomic import atomic_write_text
 from bertlab.corpus import Document
 from bertlab.errors import BadInput, BadType, check_type
 
@@ -400,7 +401,7 @@ def train_tokenizer(
     (about 4,550 characters plus digit/Latin pieces) whatever the ceiling.
 
     Memory: only the distinct words are held, so a one-shot iterator over a large corpus
-    (e.g. `bertlab.engine.readers.iter_corpus(path)`) is read once. A list is read twice on the
+    (e.g. `bertlab.readers.iter_corpus(path)`) is read once. A list is read twice on the
     first call (fingerprint, then counting), once when the cache answers.
 
     The cache key is a fingerprint of the text, every setting, this trainer's version and the
@@ -524,6 +525,20 @@ class _Tee:
         return final.hexdigest()
 
 
+def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
+    """Return the path of the JSON file the tokenizer was written to (atomically: temp file, then rename).
+
+    `path` is a file name, or a folder (the file is then `tokenizer.json` inside it). A write
+    that fails raises, naming the file (a full disk as one, the old file kept); read the file
+    back with `bertlab.tokenizer.load_tokenizer`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, tokenizer.to_str())
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """Return the tokenizer saved at `path`: a tokenizer.json file, or a folder holding one.
 
@@ -540,7 +555,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         else:
             raise ValueError(
                 f"folder '{path}' has neither tokenizer.json nor vocab.txt; "
-                f"save a tokenizer there first (bertlab.engine.files.save_tokenizer)"
+                f"save a tokenizer there first (bertlab.tokenizer.save_tokenizer)"
             )
     if not path.is_file():
         raise ValueError(f"tokenizer file '{path}' does not exist; check the path")
@@ -549,7 +564,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     except Exception as exc:
         raise ValueError(
             f"'{path}' is not a tokenizers JSON file ({exc}); save one with "
-            f"bertlab.engine.files.save_tokenizer"
+            f"bertlab.tokenizer.save_tokenizer"
         ) from None
     special_ids(tok)  # fail early, with a clear message, if a special token is missing
     return tok

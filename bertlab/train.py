@@ -12,7 +12,7 @@ Read top to bottom:
   at the learning rate the schedule gives for that step.
 - `train_loop` repeats it until the budget is spent; what a long run needs besides (a run
   folder, exact resume, Ctrl-C and SIGTERM, DDP, evaluation, logging, checkpoints) is one call
-  each on `bertlab.engine.hooks.RunHooks`.
+  each on `bertlab.engine.session.RunHooks`.
 
 Taught in notebooks/05_pretraining.ipynb.
 """
@@ -31,8 +31,9 @@ from torch import nn
 
 from bertlab.config import TrainConfig, lr_at, rank_world
 from bertlab.data import Batch, RunData
-from bertlab.engine.device import resolve_newton_schulz, wrap_model
-from bertlab.engine.hooks import RunHooks, TrainResult
+from bertlab.engine.device import wrap_model
+from bertlab.engine.session import RunHooks, TrainResult
+from bertlab.precision import resolve_newton_schulz
 
 __all__ = ['Objective', 'TrainConfig', 'TrainResult', 'build_optimizer', 'lr_at', 'train_loop', 'train_step']
 
@@ -65,7 +66,7 @@ class Muon(torch.optim.Muon):
     """`torch.optim.Muon`, with its Newton-Schulz iterations in `newton_schulz` ("bf16", as
     torch's own, or "fp32"); the same options, parameter groups and state dict.
 
-    `bertlab.engine.device.resolve_newton_schulz` picks the dtype a run uses: bf16 where bf16
+    `bertlab.precision.resolve_newton_schulz` picks the dtype a run uses: bf16 where bf16
     matmuls are native, fp32 elsewhere.
     """
 
@@ -225,7 +226,7 @@ class Objective:
 
     def module(self, model: nn.Module) -> nn.Module:
         """Return what the training step calls: the model itself, or a faster module over the
-        same weights (pretraining's `bertlab.engine.fast.FastPretraining`)."""
+        same weights (pretraining's `bertlab.pretraining.FastPretraining`)."""
         return model
 
     def inputs(self, batch: Batch) -> Batch:

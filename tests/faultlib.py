@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 
 # A model small enough that a command wrongly accepted finishes in seconds, not an hour.
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",

@@ -34,7 +34,7 @@ from bertlab.course.grid import (
     procedure_overrides,
     recipe_budget,
 )
-from bertlab.engine.recipes import recipe
+from bertlab.recipes import recipe
 
 # A toy budget: 60 BBC documents, a 1-layer 32-wide model, 3 steps, small evaluations.
 TOY = Budget(name="toy", max_docs=60, vocab_size=400, max_seq_len=32, batch_size=8, max_steps=3,

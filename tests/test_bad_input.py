@@ -27,12 +27,11 @@ import bertlab.engine.checkpoint as checkpoint_mod
 import bertlab.pretraining as pretraining_mod
 from bertlab.cli import COMMANDS, main
 from bertlab.corpus import split_of
-from bertlab.engine.card import save_hf
-from bertlab.engine.checkpoint import latest_checkpoint, list_checkpoints, load_run, save_checkpoint
-from bertlab.engine.files import save_tokenizer
-from bertlab.engine.readers import load_corpus
-from bertlab.hf import load_hf
-from bertlab.tokenizer import train_tokenizer
+from bertlab.engine.checkpoint import latest_checkpoint, save_checkpoint
+from bertlab.hf import load_hf, save_hf
+from bertlab.loading import list_checkpoints, load_run
+from bertlab.readers import load_corpus
+from bertlab.tokenizer import save_tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -554,7 +553,7 @@ def test_finetune_reads_a_task_that_is_not_utf8_as_the_message_says(world, capsy
 
 def test_a_refusal_once_the_process_group_is_up_closes_it(world, capsys, monkeypatch):
     # Under torchrun a rank that leaves without closing its group can abort the process.
-    import bertlab.engine.run as run
+    import bertlab.commands.pretrain as run
     closed: list[bool] = []
     monkeypatch.setattr(run, "close_distributed", lambda together=True: closed.append(together))
     assert main(expand("pretrain --corpus {corpus} --out {run} TINY", world)) == 2
@@ -587,7 +586,7 @@ def test_a_start_that_diverges_before_its_first_checkpoint_leaves_out_as_it_was(
 
 
 def _hold_lock(folder: str) -> subprocess.Popen:
-    code = ("import sys, time\nfrom bertlab.engine.files import FolderLock\n"
+    code = ("import sys, time\nfrom bertlab.engine.folders import FolderLock\n"
             "with FolderLock(sys.argv[1], 'run folder'):\n"
             "    print('locked', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, folder], cwd=REPO,
@@ -844,7 +843,7 @@ PY
 {common} --out {disk}/run --max-steps 30 --resume > /dev/null 2> {tmp_path}/err.txt
 echo "second=$?"
 {sys.executable} -c "
-from bertlab.engine.checkpoint import list_checkpoints, load_run
+from bertlab.loading import list_checkpoints, load_run
 for path in list_checkpoints('{disk}/run'):
     load_run('{disk}/run', checkpoint=path); print('loads', path.name)
 import os; print('entries', sorted(os.listdir('{disk}/run/checkpoints')))"
@@ -970,7 +969,7 @@ def test_a_full_disk_on_a_saved_tokenizer_names_the_file_and_keeps_the_old_one(t
                                                                              monkeypatch):
     # The user asked for this file, so a failed write is an error (a failed cache write is only
     # a warning: tests/test_tokenizer.py).
-    import bertlab.engine.files as files_mod
+    import bertlab.atomic as files_mod
 
     tok = train_tokenizer(["a full disk stops the save"], vocab_size=50, cache=False)
     target = tmp_path / "saved" / "tokenizer.json"
@@ -994,7 +993,7 @@ def _dead_pid() -> int:
 
 
 def test_what_a_killed_writer_left_is_swept_on_the_next_write(world, tmp_path):
-    from bertlab.engine.files import _owner, atomic_write_folder
+    from bertlab.engine.folders import _owner, atomic_write_folder
 
     host = _owner().split("-")[0]
     target = tmp_path / "hf"

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from bertlab.engine.loading import load_model
+from bertlab.loading import load_model
 from bertlab.pairs import IN_ORDER, IS_NEXT, NOT_NEXT, Example
 
 

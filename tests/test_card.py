@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from bertlab.cli import main
-from bertlab.engine.card import manifest_facts, model_card
 from bertlab.engine.checkpoint import latest_checkpoint, read_checkpoint_state
-from bertlab.engine.readers import load_corpus
+from bertlab.export import manifest_facts, model_card
 from bertlab.hf import CARD_MARK
+from bertlab.readers import load_corpus
 from tests.test_cli import SMALL
 
 ROOT = Path(__file__).resolve().parents[1]

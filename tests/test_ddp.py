@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 
 from bertlab.data import LoaderOptions, ShardedEpochSampler, pretraining_loader
 from bertlab.engine.device import close_distributed
-from bertlab.engine.readers import load_corpus
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 

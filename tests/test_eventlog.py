@@ -12,9 +12,9 @@ from bertlab.cli import build_parser, main
 from bertlab.config import TensorBoardMissingError
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.eventlog import scalar_tag
-from bertlab.engine.readers import load_corpus
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import pretrain
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 from tests.test_train import InterruptAt, make_model

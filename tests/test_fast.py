@@ -1,4 +1,4 @@
-"""bertlab.engine.fast: the training step's forward equals the textbook model's, eager and compiled.
+"""bertlab.pretraining: the training step's forward equals the textbook model's, eager and compiled.
 
 The textbook `BertForPreTraining` runs every block on every position; `FastPretraining` runs the
 last block at [CLS] and the targets only, can give the MLM head a fixed number of rows, and can
@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.engine.fast import (
+from bertlab.masking import IGNORE_INDEX, MaskingConfig
+from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.pretraining import (
     FastPretraining,
     fast_inputs,
     mlm_capacity,
     real_token_positions,
     target_share_bound,
 )
-from bertlab.masking import IGNORE_INDEX, MaskingConfig
-from bertlab.model import BertConfig, BertForPreTraining
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -26,7 +26,8 @@ from faultlib import (
 )
 
 from bertlab.cli import main
-from bertlab.engine.checkpoint import CorruptCheckpoint, list_checkpoints, load_run
+from bertlab.engine.checkpoint import CorruptCheckpoint
+from bertlab.loading import list_checkpoints, load_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -33,8 +33,8 @@ from faultlib import (
 
 import bertlab
 from bertlab.cli import main
-from bertlab.engine.checkpoint import list_checkpoints, load_run
-from bertlab.engine.readers import load_corpus
+from bertlab.loading import list_checkpoints, load_run
+from bertlab.readers import load_corpus
 
 REPO = Path(bertlab.__file__).resolve().parents[1]  # the checkout whose code is under test
 TWINS = REPO / "benchmarks" / "twins.py"

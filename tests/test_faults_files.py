@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from bertlab.cli import main
 from bertlab.corpus import split_of
 from bertlab.data import PretrainingCollator
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -225,7 +225,7 @@ def test_a_dataframe_is_refused_not_read_as_its_column_names(bbc):
 
 _SPLITS_OF_A_SET = """
 import sys
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 texts = {f"Text number {i} is here. It has two sentences." for i in range(40)}
 try:
     docs = load_corpus(texts)

@@ -21,11 +21,12 @@ import pytest
 import torch
 from faultlib import TINY, assert_one_clear_error, assert_unchanged, corpus_folder, expand, snapshot
 
+from bertlab.atomic import atomic_write_json
 from bertlab.cli import main
 from bertlab.engine.checkpoint import latest_checkpoint
-from bertlab.engine.files import FolderLock, atomic_write_json, sweep_dead_writers
-from bertlab.engine.readers import load_corpus
+from bertlab.engine.folders import FolderLock, sweep_dead_writers
 from bertlab.hf import load_hf
+from bertlab.readers import load_corpus
 from bertlab.train import TrainConfig
 
 LONG = "n" * 300  # one name longer than the 255 bytes a file system takes
@@ -190,7 +191,8 @@ def test_a_legal_250_character_out_is_written(world, tmp_path, capsys):
     assert (shards / "train" / "meta.json").is_file()
     assert main(["export-hf", world["run"], str(hf)]) == 0, capsys.readouterr().err
     # What a killed writer of that export left is still found by its shortened name, and swept.
-    from bertlab.engine.files import _owner, staging_stem
+    from bertlab.atomic import staging_stem
+    from bertlab.engine.folders import _owner
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -340,7 +342,7 @@ def test_the_atomic_writer_never_replaces_a_device(tmp_path):
 # it moved the new one into place: the one moment the export folder is missing.
 _KILLED_BETWEEN_RENAMES = """
 import os, signal, sys
-import bertlab.engine.files as files
+import bertlab.engine.folders as files
 real = files.os.replace
 def replace(src, dst):
     real(src, dst)
@@ -405,7 +407,7 @@ def test_a_set_aside_folder_is_kept_visible_when_its_place_was_taken_since(kille
 
 
 def test_a_library_write_that_finds_its_folder_restored_writes_nothing(killed_export):
-    from bertlab.engine.files import atomic_write_folder
+    from bertlab.engine.folders import atomic_write_folder
 
     out = killed_export
     with pytest.raises(ValueError, match="previous content is back in place"):
@@ -419,10 +421,10 @@ def test_a_library_write_that_finds_its_folder_restored_writes_nothing(killed_ex
 
 def _tiny_run(world, out, **train):
     from bertlab.data import pretraining_loader
-    from bertlab.engine.readers import load_corpus
-    from bertlab.engine.recipes import recipe
     from bertlab.model import BertConfig, BertForPreTraining
     from bertlab.pretraining import pretrain
+    from bertlab.readers import load_corpus
+    from bertlab.recipes import recipe
     from bertlab.tokenizer import load_tokenizer
 
     tok = load_tokenizer(Path(world["run"]) / "tokenizer.json")

@@ -132,7 +132,7 @@ def test_receive_refuses_a_link_that_leads_under_a_file(came_back, tmp_path, cap
 
 def test_a_failure_after_unpacking_leaves_nothing_half_received(came_back, tmp_path, capsys,
                                                                 monkeypatch):
-    from bertlab.engine import files
+    from bertlab import atomic as files
     runs, results = tmp_path / "runs", tmp_path / "results"
     results.mkdir()
     (results / "gpu_throughput.json").write_text('{"device": "an earlier record"}')
@@ -158,7 +158,7 @@ _STOPPED = """
 import os, signal, sys, tarfile
 sys.path.insert(0, sys.argv[1])
 import gpu_session
-from bertlab.engine import files
+from bertlab import atomic as files
 sig, when = int(sys.argv[2]), sys.argv[3]
 if when == "unpacking":
     real = tarfile.TarFile.extractall

@@ -13,11 +13,11 @@ import pytest
 from faultlib import SMALL, assert_one_clear_error, assert_unchanged, corpus_folder, snapshot
 
 from bertlab.cli import main
-from bertlab.engine.readers import load_corpus
 from bertlab.engine.resume import check_resume
 from bertlab.errors import BadInput
 from bertlab.finetune import compare_methods
 from bertlab.model import BertConfig, BertForPreTraining
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 
@@ -50,7 +50,7 @@ def test_resume_on_a_folder_a_live_run_holds_says_in_use_not_delete(tmp_path, ca
     out.mkdir()
     (out / "run.json").write_text("{}", encoding="utf-8")  # a start before its first checkpoint
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom bertlab.engine.files import FolderLock\n"
+        [sys.executable, "-c", "import sys, time\nfrom bertlab.engine.folders import FolderLock\n"
          "with FolderLock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(120)",
          str(out)], stdout=subprocess.PIPE, text=True)
     try:
@@ -136,7 +136,7 @@ def test_a_lock_that_is_a_folder_is_named_before_the_corpus_is_read(tmp_path, ca
 
 def test_an_export_with_a_copy_of_its_runs_json_is_still_an_export(stopped_run, tmp_path,
                                                                   capsys):
-    from bertlab.engine.files import folder_kind
+    from bertlab.artefacts import folder_kind
 
     export = tmp_path / "export"
     assert main(["export-hf", str(stopped_run["run"]), str(export)]) == 0

@@ -32,12 +32,11 @@ from bertlab.cli import main
 from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.checkpoint import latest_checkpoint
-from bertlab.engine.files import save_tokenizer
-from bertlab.engine.readers import load_corpus
 from bertlab.errors import BadInput
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pretraining import evaluate, pretrain
-from bertlab.tokenizer import load_tokenizer, train_tokenizer
+from bertlab.readers import load_corpus
+from bertlab.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Tests for bertlab.finetune and bertlab.engine.tasks: encoding, metrics, sampling, probes,
+"""Tests for bertlab.finetune and bertlab.downstream: encoding, metrics, sampling, probes,
 baselines, fine-tuning, export."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+import bertlab.finetune
 from bertlab.corpus import Document
-from bertlab.engine import tasks
-from bertlab.engine.tasks import compare_downstream, load_task
+from bertlab.downstream import compare_downstream, load_task
 from bertlab.finetune import (
     ClassificationResult,
     FinetuneConfig,
@@ -179,20 +179,19 @@ def test_fine_tuning_copies_the_encoder_and_leaves_the_original(corpus, tok, sma
 
 
 def test_a_model_folder_fine_tunes_like_the_model_itself(corpus, tok, small_config, tmp_path):
-    from bertlab.engine.card import save_hf
+    from bertlab.hf import save_hf
 
     pre = BertForPreTraining(small_config, generator=torch.Generator().manual_seed(1))
     save_hf(pre, tok, tmp_path / "hf")
     config = dataclasses.replace(FAST, min_steps=3, epochs=0.1)
-    from_folder = tasks.finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
+    from_folder = finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
     from_model = finetune_classifier(pre, corpus, tokenizer=tok, config=config)
     assert from_folder.details["init"] == "pretrained"
     assert from_folder.predictions == from_model.predictions
     assert from_folder.details["final_train_loss"] == from_model.details["final_train_loss"]
     with pytest.raises(ValueError, match="neither a run folder"):
-        tasks.finetune_classifier(tmp_path, corpus, tokenizer=tok, config=config)
-    with pytest.raises(ValueError, match=r"it is a path.*bl\.load_model\(path\)\[0\]"):
-        finetune_classifier(tmp_path / "hf", corpus, tokenizer=tok, config=config)
+        bertlab.finetune.finetune_classifier(tmp_path, corpus, tokenizer=tok, config=config)
+    assert bertlab.finetune.finetune_classifier is finetune_classifier  # one function, not twins
 
 
 def test_a_train_config_drives_the_loop_as_given(corpus, tok, small_config):
@@ -282,11 +281,10 @@ def test_unknown_task_and_bad_settings_are_refused(corpus, tok):
 
 
 @pytest.mark.parametrize("settings, message", [
-    # A setting the finetune command has a flag for names it too; the others have none.
-    ({"epochs": float("inf")}, r"FinetuneConfig.epochs \(--epochs\) must be a positive number, "
-                               r"got inf"),
-    ({"epochs": float("nan")}, r"epochs \(--epochs\) must be a positive number, got nan"),
-    ({"lr": float("inf")}, r"lr \(--lr\) must be a positive number, got inf"),
+    # The library names the setting (the CLI adds its flag: tests/test_cli.py).
+    ({"epochs": float("inf")}, r"FinetuneConfig.epochs must be a positive number, got inf"),
+    ({"epochs": float("nan")}, r"epochs must be a positive number, got nan"),
+    ({"lr": float("inf")}, r"lr must be a positive number, got inf"),
     ({"weight_decay": float("nan")}, "FinetuneConfig.weight_decay must be a number >= 0, got nan"),
     ({"warmup_fraction": 1.0}, r"warmup_fraction must be in \[0, 1\)"),
 ])
@@ -310,8 +308,7 @@ def test_a_model_smaller_than_its_tokenizer_is_refused(tok, small_config):
 
 def test_classifier_exports_to_transformers_with_equal_logits(corpus, tok, small_config, tmp_path):
     transformers = pytest.importorskip("transformers")
-    from bertlab.engine.card import save_hf
-    from bertlab.hf import load_hf
+    from bertlab.hf import load_hf, save_hf
 
     config = dataclasses.replace(FAST, min_steps=3, epochs=0.1)
     result = from_scratch(small_config, corpus, tokenizer=tok, config=config)

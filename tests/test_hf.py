@@ -8,12 +8,12 @@ import warnings
 import pytest
 import torch
 
-from bertlab.engine.card import save_hf
 from bertlab.hf import (
     from_hf_state_dict,
     hf_config_fields,
     load_hf,
     load_hf_tokenizer,
+    save_hf,
     to_hf_state_dict,
 )
 from bertlab.masking import IGNORE_INDEX
@@ -340,7 +340,7 @@ import sys
 sys.modules["transformers"] = None  # any import of it now fails
 import torch
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.engine.card import save_hf
+from bertlab.hf import save_hf
 from bertlab.hf import load_hf
 m = BertForPreTraining(BertConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2))
 save_hf(m, None, {str(tmp_path / "x")!r})
@@ -368,7 +368,7 @@ TWINS = ("course-nsp", "course-mlm")
 def test_the_shipped_twins_load_in_transformers_with_bertlabs_nsp_logits(name):
     from pathlib import Path
 
-    from bertlab.engine.loading import load_model
+    from bertlab.loading import load_model
 
     transformers = pytest.importorskip("transformers")
     folder = Path(__file__).resolve().parents[1] / "models" / name

@@ -9,10 +9,10 @@ import torch
 
 import bertlab as bl
 from bertlab.data import LengthGroupedBatchSampler, LoaderOptions, pretraining_loader
-from bertlab.engine.fast import fast_inputs
 from bertlab.engine.resume import DataPosition
 from bertlab.engine.shards import PrepareOptions, prepare_shards, shard_loader
 from bertlab.engine.streaming import StreamOptions
+from bertlab.pretraining import fast_inputs
 
 
 @pytest.fixture(scope="module")

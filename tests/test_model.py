@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from bertlab.engine.sizes import count_parameters, flops_per_token, parameter_table
+from bertlab.counts import count_parameters, flops_per_token, parameter_table
 from bertlab.masking import IGNORE_INDEX
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel
 

@@ -11,8 +11,6 @@ import torch
 
 from bertlab.corpus import Document
 from bertlab.data import LoaderOptions, PretrainingDataset, pretraining_loader
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import recipe
 from bertlab.engine.shards import shard_loader
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import (
@@ -31,6 +29,8 @@ from bertlab.pairs import (
     tokenize_corpus,
 )
 from bertlab.pretraining import PretrainingObjective, evaluate, pretrain
+from bertlab.readers import load_corpus
+from bertlab.recipes import recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import TrainConfig
 from tests.test_train import InterruptAt

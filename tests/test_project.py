@@ -183,42 +183,32 @@ def test_import_is_silent_and_does_not_load_transformers():
 
 PACKAGE = ROOT / "bertlab"
 MODULES = sorted(PACKAGE.rglob("*.py"))
-COURSE = "course"  # bertlab/course/: the course's tools, above the library
-TOP = ("cli", "__main__", "__init__")  # may import the library and the course
-# The lesson: bertlab's top level, in the order the course teaches it. A lesson module imports
-# only lesson modules listed before it, and the engine only where CROSSINGS names the edge.
-LESSON = (
-    "errors",                                                           # how bad input is named
-    "corpus", "tokenizer",                                              # 01 text and WordPiece
-    "masking",                                                          # 02 masked LM
-    "pairs", "data",                                                    # 03 pairs and batches
-    "model",                                                            # 04 the encoder
-    "config", "train", "pretraining",                                   # 05 the loop
-    "finetune",                                                         # 06 downstream
-    "hf",                                                               # 04/06 Hugging Face
-    "zh",                                                               # 08 Chinese
-)
-# The engine (bertlab/engine/): what makes a run real. An engine module imports any lesson
-# module and the engine modules listed before it.
-ENGINE = (
-    "engine.files", "engine.outputs", "engine.device",                  # files, outputs, devices
-    "engine.textfiles", "engine.records", "engine.readers",             # researcher formats
-    "engine.eventlog", "engine.checkpoint", "engine.resume", "engine.hooks",  # run machinery
-    "engine.fast",                                                      # fast paths
-    "engine.streaming", "engine.shards",                                # data at scale
-    "engine.loading", "engine.sizes", "engine.recipes", "engine.card",  # records and recipes
-    "engine.tasks",                                                     # downstream tasks read
-    "engine.run",                                                       # the pretrain command's run
-)
-LAYERS = LESSON + ENGINE
-# Where the lesson reaches into the engine, each with its reason: only through the hooks the
-# loop names (RunHooks, wrap_model; the objective's module() and inputs(); the loaders' check).
-CROSSINGS: dict[tuple[str, str], str] = {
-    ("train", "engine.hooks"): "the loop's hooks: run folder, resume, logging, checkpoints",
-    ("train", "engine.device"): "the loop's wrap_model hook: torch.compile and DDP around the step",
-    ("pretraining", "engine.fast"): "the objective's module() hook is the fast forward",
-    ("pretraining", "engine.hooks"): "the loaders' batch check is the hooks' own",
+COURSE = "course"  # bertlab/course/: the classroom's tools (notebook helpers, demo, doctor)
+# Every bertlab module sits in one tier, and imports only from its own tier or those below; inside
+# a tier, only without cycles. From the top (bertlab/README.md draws it):
+TIERS: dict[str, tuple[str, ...]] = {
+    # argv, run folders and run.json: the CLI, and one module per command that is more than a few
+    # lines (its flags and its run together)
+    "commands": ("__main__", "cli", "commands.__init__", "commands.flags", "commands.pretrain"),
+    # the classroom: what the notebooks, `demo` and `doctor` use on top of the library
+    "course": ("course.__init__", "course.ablations", "course.cloze", "course.demo",
+               "course.doctor", "course.gpu_records", "course.grid", "course.traces",
+               "course.twins", "course.viz", "course.widgets"),
+    # the loop: the training step and loop, pretraining with its fast forward, fine-tuning and
+    # downstream tasks, Hugging Face interop, trained models loaded and exported; the package face
+    "loop": ("__init__", "train", "pretraining", "finetune", "downstream", "hf", "loading",
+             "export"),
+    # the engine: folders written whole and locked, output checks, devices, event logs,
+    # checkpoints, resume, the run session around the loop's step, streaming and shards
+    "engine": ("engine.__init__", "engine.folders", "engine.outputs", "engine.device",
+               "engine.eventlog", "engine.checkpoint", "engine.resume", "engine.session",
+               "engine.streaming", "engine.shards"),
+    # the foundations: what BERT is, and what it is made from
+    "foundations": ("errors", "corpus", "artefacts", "atomic", "config", "precision",
+                    "tokenizer", "masking", "model", "pairs", "data", "zh", "recipes", "counts",
+                    "textfiles", "rows", "readers"),
 }
+TIER = {module: rank for rank, modules in enumerate(reversed(TIERS.values())) for module in modules}
 MAX_FUNCTION_LINES = 60
 # Functions allowed past MAX_FUNCTION_LINES, each with its reason. Keep it empty.
 LONG_FUNCTIONS: dict[str, str] = {}
@@ -255,7 +245,7 @@ def _bertlab_imports(node: ast.AST, here: str = "") -> list[str]:
             package = here.split(".")[:-1][:len(here.split(".")) - node.level]
             base = ".".join(["bertlab", *package, *([node.module] if node.module else [])])
             names = [base] if node.module else [f"{base}.{a.name}" for a in node.names]
-        elif node.module in ("bertlab", "bertlab.engine", "bertlab.course"):
+        elif node.module in ("bertlab", "bertlab.engine", "bertlab.course", "bertlab.commands"):
             folder = PACKAGE.joinpath(*node.module.split(".")[1:])
             names = [f"{node.module}.{a.name}" if (folder / f"{a.name}.py").exists()
                      or (folder / a.name).is_dir() else node.module for a in node.names]
@@ -389,10 +379,10 @@ def _inner_imports(path: Path) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("path", MODULES, ids=[_name(p) for p in MODULES])
 def test_bertlab_imports_sit_at_the_top(path):
-    # The CLI alone imports the course inside the commands that need it (demo, doctor, the
+    # The commands alone import the course inside the commands that need it (demo, doctor, the
     # printing of pretrain and fill-mask), so a library command never loads the course.
     inner = [f"line {line} ({m})" for line, m in _inner_imports(path)
-             if not (_name(path) == "cli" and m.startswith(COURSE + "."))]
+             if not (_name(path) in TIERS["commands"] and m.startswith(COURSE + "."))]
     assert not inner, f"{_name(path)} imports bertlab modules inside functions ({', '.join(inner)})"
 
 
@@ -421,47 +411,78 @@ def test_no_module_imports_the_whole_package():
                           f"module that defines the name instead"
 
 
-def test_every_library_module_has_a_layer():
-    library = {_name(p) for p in MODULES if not _name(p).startswith(COURSE)
-               and _name(p) not in TOP and _name(p) != "engine.__init__"}
-    assert library == set(LAYERS), (f"modules without a layer: {sorted(library - set(LAYERS))}; "
-                                     f"layers without a module: {sorted(set(LAYERS) - library)}")
-    assert all("." not in m for m in LESSON) and all(m.startswith("engine.") for m in ENGINE)
+def test_a_moved_module_or_name_still_imports_for_a_release_and_names_its_new_home():
+    code = """
+import warnings
+warnings.simplefilter("error", DeprecationWarning)
+for old, new, name in [("bertlab.engine.recipes", "bertlab.recipes", "Recipe"),
+                       ("bertlab.engine.card", "bertlab.export or bertlab.hf", "save_hf"),
+                       ("bertlab.engine.files", "bertlab.engine.folders", "save_tokenizer")]:
+    try:
+        __import__(old)
+    except DeprecationWarning as e:
+        assert new in str(e), e
+    else:
+        raise AssertionError(old + " imported without a warning")
+warnings.simplefilter("ignore", DeprecationWarning)
+from bertlab.engine.card import save_hf
+from bertlab.engine.files import save_tokenizer, atomic_write_json, FolderLock
+from bertlab.engine.tasks import finetune_classifier
+from bertlab.engine.device import resolve_newton_schulz
+from bertlab.engine.streaming import StreamingNspBuilder
+import bertlab, bertlab.tokenizer, bertlab.precision, bertlab.engine.streaming as s
+assert save_hf is bertlab.save_hf and finetune_classifier is bertlab.finetune_classifier
+assert save_tokenizer is bertlab.tokenizer.save_tokenizer
+assert resolve_newton_schulz is bertlab.precision.resolve_newton_schulz
+assert StreamingNspBuilder is s.StreamingExampleBuilder
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
-def _climbing(name: str, dep: str) -> bool:
-    """Return True when `name` may not import `dep`: the course, a later lesson module, or an
-    engine module (a lesson module's crossing excepted, or a later one for an engine module)."""
-    if dep.startswith(COURSE) or dep not in LAYERS:
-        return True
-    if name in LESSON and dep in ENGINE:
-        return (name, dep) not in CROSSINGS
-    return dep in LAYERS[LAYERS.index(name):] and not (name in ENGINE and dep in LESSON)
+def test_every_module_has_a_tier():
+    modules = {_name(p) for p in MODULES}
+    assert modules == set(TIER), (f"modules without a tier: {sorted(modules - set(TIER))}; "
+                                  f"tiers naming no module: {sorted(set(TIER) - modules)}")
+    assert len(TIER) == sum(len(m) for m in TIERS.values()), "a module is in two tiers"
 
 
-def test_library_modules_import_only_layers_below():
-    wrong = [f"{_name(path)} -> {dep}" for path in MODULES if _name(path) in LAYERS
-             for dep in sorted(_imports(path)) if _climbing(_name(path), dep)]
-    assert not wrong, ("imports that climb (move the name down, or the module into the engine; "
-                       "the lesson reaches the engine only through CROSSINGS):\n" + "\n".join(wrong))
-    used = {(_name(p), d) for p in MODULES if _name(p) in LESSON for d in _imports(p)}
-    stale = sorted(set(CROSSINGS) - used)
-    assert not stale, f"CROSSINGS lists edges no module has now: {stale}"
+def test_every_import_points_down():
+    # Every import counts, lazy ones inside functions too; there is no list of exceptions.
+    up = [f"{_name(p)} ({_tier(_name(p))}) -> {dep} ({_tier(dep)})" for p in MODULES
+          for dep in sorted(_imports(p)) if TIER.get(dep, len(TIERS)) > TIER[_name(p)]]
+    assert not up, ("imports that point up a tier: move the name down to where its users are, "
+                    "or the importer up:\n" + "\n".join(up))
 
 
-def test_course_sits_above_the_library():
-    course = [p for p in MODULES if _name(p).startswith(COURSE)]
-    assert {_name(p) for p in course} >= {"course.viz", "course.widgets", "course.doctor",
-                                          "course.demo", "course.cloze", "course.grid",
-                                          "course.ablations"}
-    for path in course:
-        climbing = {d for d in _imports(path) if d in TOP}
-        assert not climbing, f"{_name(path)} imports {sorted(climbing)}, the top layer"
+def _tier(module: str) -> str:
+    return next((tier for tier, modules in TIERS.items() if module in modules), "none")
 
 
-def test_a_plain_install_packages_the_course():
-    packages = _pyproject()["tool"]["setuptools"]["packages"]
-    assert set(packages) == {"bertlab", "bertlab.engine", "bertlab.course"}, packages
+def test_the_tier_check_sees_an_import_that_points_up(tmp_path):
+    # The check reads the same import forms the parser does: a lazy import in a function counts.
+    code = "def f():\n    from bertlab.train import train_loop\n"
+    (node,) = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom)]
+    assert _bertlab_imports(node, "engine.session") == ["train"]
+    assert TIER["train"] > TIER["engine.session"]
+
+
+def test_what_the_course_teaches_lives_in_the_loop_or_the_foundations():
+    # Every bl. name, and every name the README and the notebooks import, is defined in a loop or
+    # foundation module: the lesson holds what it teaches.
+    import bertlab
+
+    lesson = set(TIERS["loop"]) | set(TIERS["foundations"])
+    defined = {n: getattr(getattr(bertlab, n), "__module__", "bertlab") for n in bertlab.__all__}
+    imported = re.compile(r"^\s*from bertlab\.([\w.]+) import", re.M)
+    texts = [(ROOT / "README.md").read_text(encoding="utf-8")]
+    texts += [_source(c) for nb in NOTEBOOKS for c in _code_cells(json.loads(nb.read_text()))]
+    modules = {m for text in texts for m in imported.findall(text)}
+    wrong = sorted({n for n, m in defined.items() if m.removeprefix("bertlab.") not in lesson
+                    and m != "bertlab"}
+                   | {m for m in modules if m not in lesson and not m.startswith(COURSE)})
+    assert not wrong, f"taught, but defined under the engine or the commands: {wrong}"
 
 
 def test_modules_depend_without_cycles():
@@ -548,14 +569,19 @@ def _dotted_names(text: str) -> list[tuple[int, str]]:
 
 
 def _resolves(name: str) -> bool:
-    """Import the longest prefix of `name` that is a module file, then getattr the rest."""
+    """Import the longest prefix of `name` that imports as a module, then getattr the rest."""
     import importlib
+    import warnings
 
     parts = name.split(".")
-    depth = max(k for k in range(1, len(parts) + 1)
-                if ROOT.joinpath(*parts[:k]).with_suffix(".py").is_file()
-                or ROOT.joinpath(*parts[:k], "__init__.py").is_file())
-    obj = importlib.import_module(".".join(parts[:depth]))
+    obj, depth = None, 0
+    with warnings.catch_warnings():  # a moved module imports, with its DeprecationWarning
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for k in range(1, len(parts) + 1):
+            try:
+                obj, depth = importlib.import_module(".".join(parts[:k])), k
+            except ImportError:
+                break
     for attr in parts[depth:]:
         if not hasattr(obj, attr):
             return False
@@ -579,7 +605,7 @@ def test_dotted_name_scan_reads_names_not_sentences():
             "bertlab-run.json, bertlab/engine/files.py, bertlab.egg-info, tbl.x, bertlab.cli.py")
     assert _dotted_names(text) == [(1, "bertlab.masking.mask_tokens"), (1, "bertlab.load_corpus"),
                                    (1, "bertlab.engine")]
-    assert _resolves("bertlab.engine.readers.iter_corpus") and _resolves("bertlab.masking")
+    assert _resolves("bertlab.readers.iter_corpus") and _resolves("bertlab.masking")
     assert not _resolves("bertlab.iter_corpus") and not _resolves("bertlab.masking.nothing")
 
 
@@ -661,8 +687,8 @@ def test_the_machine_path_check_sees_one():
 # that did not train NSP
 
 def _untrained_nsp_figures() -> list[str]:
-    from bertlab.engine.recipes import Recipe
     from bertlab.pairs import pair_objective
+    from bertlab.recipes import Recipe
 
     found = []
     results = ROOT / "benchmarks" / "results"

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.card import save_hf
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import RECIPES, Recipe, recipe
+from bertlab.hf import save_hf
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import PretrainingObjective, evaluate, pretrain, unigram_bar
+from bertlab.readers import load_corpus
+from bertlab.recipes import RECIPES, Recipe, recipe
 from bertlab.tokenizer import special_ids, train_tokenizer
 from bertlab.train import MuonAdamW, TrainConfig, build_optimizer, lr_at, train_step
 from tests.test_train import InterruptAt
@@ -210,7 +210,7 @@ def test_schedule_scales_every_group_from_its_own_peak():
 
 
 def test_unknown_optimizer_is_refused():
-    with pytest.raises(ValueError, match=r"optimizer='sgd' \(--optimizer\) is not one of adamw, muon"):
+    with pytest.raises(ValueError, match=r"optimizer='sgd' is not one of adamw, muon"):
         TrainConfig(optimizer="sgd")
 
 

@@ -17,9 +17,9 @@ from faultlib import SMALL, corpus_folder
 import bertlab as bl
 from bertlab.cli import main
 from bertlab.data import LoaderOptions
-from bertlab.engine.checkpoint import list_checkpoints
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import recipe
+from bertlab.loading import list_checkpoints
+from bertlab.readers import load_corpus
+from bertlab.recipes import recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

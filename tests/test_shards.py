@@ -22,7 +22,6 @@ from bertlab.data import (
     StoredExamples,
     pretraining_loader,
 )
-from bertlab.engine.files import save_tokenizer
 from bertlab.engine.shards import (
     PrepareOptions,
     ShardExamples,
@@ -31,15 +30,14 @@ from bertlab.engine.shards import (
     shard_loader,
 )
 from bertlab.engine.streaming import (
-    StreamingNspBuilder,
+    StreamingExampleBuilder,
     StreamOptions,
     iter_documents,
-    stream_nsp_examples,
 )
-from bertlab.engine.textfiles import MAX_DOC_CHARS
 from bertlab.errors import BadInput
 from bertlab.pairs import NOT_NEXT, Example, create_single_examples, pair_draw_seed
-from bertlab.tokenizer import encode_sentences, load_tokenizer
+from bertlab.textfiles import MAX_DOC_CHARS
+from bertlab.tokenizer import encode_sentences, load_tokenizer, save_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +64,8 @@ def test_shards_round_trip_exactly(tok, tmp_path):
     stream = StreamOptions(max_seq_len=32, batch_docs=16, reservoir_docs=10)
     summary = prepare_shards(docs, tok, tmp_path, PrepareOptions(stream, splits=None,
                                                                  shard_size=50), seed=5)
-    expected = list(stream_nsp_examples(docs, tok, stream, seed=5))
+    builder = StreamingExampleBuilder(tok, stream, seed=5)  # the same stream, in memory
+    expected = [ex for doc in iter_documents(docs) for ex in builder.add(doc)] + list(builder.finish())
     shards = ShardExamples(tmp_path)
     ds = PretrainingDataset(shards)
     meta = json.loads((tmp_path / "meta.json").read_text())
@@ -94,7 +93,7 @@ def test_shards_round_trip_exactly(tok, tmp_path):
 
 
 def test_streaming_negatives_come_from_other_documents_and_memory_is_bounded(tok):
-    builder = StreamingNspBuilder(tok,
+    builder = StreamingExampleBuilder(tok,
                                   StreamOptions(max_seq_len=32, batch_docs=8, reservoir_docs=5))
     examples = []
     for doc in synthetic_docs(120, seed=1):
@@ -207,7 +206,7 @@ def test_prepare_cuts_a_long_line_and_keeps_all_of_it(tok, tmp_path):
 
 
 def test_streaming_batches_are_bounded_by_characters(tok):
-    builder = StreamingNspBuilder(tok,
+    builder = StreamingExampleBuilder(tok,
                                   StreamOptions(max_seq_len=32, batch_docs=100, batch_chars=2_000))
     for doc in synthetic_docs(60, seed=6):
         list(builder.add(doc))

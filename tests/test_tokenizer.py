@@ -1,5 +1,5 @@
 """WordPiece training, encoding, caching and loading (bertlab/tokenizer.py), and saving
-(bertlab/engine/files.py)."""
+(bertlab/tokenizer.py, written through bertlab/atomic.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from tokenizers import Tokenizer, models
 
 import bertlab.tokenizer as tokenizer_module
 from bertlab.corpus import Document, split_documents
-from bertlab.engine.files import save_tokenizer
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import (
     SPECIAL_TOKENS,
     SpecialIds,
@@ -26,6 +25,7 @@ from bertlab.tokenizer import (
     default_cache_dir,
     encode_sentences,
     load_tokenizer,
+    save_tokenizer,
     special_ids,
     tokenizer_from_vocab,
     train_tokenizer,

@@ -19,7 +19,7 @@ from bertlab.course.traces import (
     replay_script,
     trace_command,
 )
-from bertlab.engine.readers import load_corpus
+from bertlab.readers import load_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFESTS = sorted(REPO.glob("models/*/MANIFEST.json"))

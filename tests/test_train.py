@@ -18,25 +18,24 @@ from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.checkpoint import (
     CorruptCheckpoint,
     latest_checkpoint,
-    list_checkpoints,
     load_checkpoint,
-    load_run,
     save_checkpoint,
 )
-from bertlab.engine.fast import fast_inputs
-from bertlab.engine.readers import load_corpus
+from bertlab.loading import list_checkpoints, load_run
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples
 from bertlab.pretraining import (
     PretrainingObjective,
     evaluate,
+    fast_inputs,
     fill_mask,
     pretrain,
     pretraining_counts,
     pretraining_loss,
     unigram_baseline,
 )
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import Objective, TrainConfig, build_optimizer, lr_at, train_loop
 
@@ -446,7 +445,7 @@ def test_a_second_run_on_a_locked_folder_is_refused(tok, examples, tmp_path):
     train, _ = loaders(examples, tok)
     (tmp_path / "run").mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from bertlab.engine.files import FolderLock\n"
+        [sys.executable, "-c", "import sys, time; from bertlab.engine.folders import FolderLock\n"
          f"with FolderLock({str(tmp_path / 'run')!r}):\n print('held', flush=True); "
          "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
     try:
@@ -497,27 +496,27 @@ def test_loader_batch_must_fit_the_global_batch(tok, examples):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"schedule": "step"}, r"schedule='step' \(--schedule\) is not one of"),
+    ({"schedule": "step"}, r"schedule='step' is not one of"),
     ({"precision": "fp8"}, "precision='fp8'"),
     ({"max_steps": None}, "needs a budget"),
-    ({"max_steps": 0}, r"TrainConfig.max_steps \(--max-steps\) must be a positive integer"),
-    ({"lr": -1.0}, r"lr \(--lr\) must be a positive number"),
+    ({"max_steps": 0}, r"TrainConfig.max_steps must be a positive integer"),
+    ({"lr": -1.0}, r"lr must be a positive number"),
     ({"batch_size": 10, "grad_accum": 3}, "not divisible by grad_accum=3"),
-    ({"warmup_fraction": 1.5}, r"warmup_fraction \(--warmup-fraction\) must be in \[0, 1\)"),
+    ({"warmup_fraction": 1.5}, r"warmup_fraction must be in \[0, 1\)"),
     ({"device": "gpu"}, "device='gpu'"),
     ({"betas": (0.9, 1.5)}, "betas"),
     ({"warmup_steps": 5000, "max_steps": 10}, "never leave warmup"),
-    ({"eps": float("inf")}, r"eps \(--eps\) must be a positive number, got inf; inf and NaN"),
-    ({"lr": float("inf")}, r"lr \(--lr\) must be a positive number, got inf"),
+    ({"eps": float("inf")}, r"eps must be a positive number, got inf; inf and NaN"),
+    ({"lr": float("inf")}, r"lr must be a positive number, got inf"),
     ({"max_minutes": float("inf")},
-     r"max_minutes \(--max-minutes\) must be a positive number or None, got inf"),
-    ({"grad_clip": float("nan")}, r"grad_clip \(--grad-clip\) must be a positive number or None, "
+     r"max_minutes must be a positive number or None, got inf"),
+    ({"grad_clip": float("nan")}, r"grad_clip must be a positive number or None, "
                                   r"got nan"),
-    ({"weight_decay": float("nan")}, r"weight_decay \(--weight-decay\) must be a number >= 0, got nan"),
-    ({"weight_decay": float("inf")}, r"weight_decay \(--weight-decay\) must be a number >= 0, got inf"),
-    ({"weight_decay": -0.1}, r"weight_decay \(--weight-decay\) must be a number >= 0, got -0.1"),
-    ({"muon_lr": float("inf")}, r"muon_lr \(--muon-lr\) must be a positive number, got inf"),
-    ({"muon_lr": float("nan")}, r"muon_lr \(--muon-lr\) must be a positive number, got nan"),
+    ({"weight_decay": float("nan")}, r"weight_decay must be a number >= 0, got nan"),
+    ({"weight_decay": float("inf")}, r"weight_decay must be a number >= 0, got inf"),
+    ({"weight_decay": -0.1}, r"weight_decay must be a number >= 0, got -0.1"),
+    ({"muon_lr": float("inf")}, r"muon_lr must be a positive number, got inf"),
+    ({"muon_lr": float("nan")}, r"muon_lr must be a positive number, got nan"),
 ])
 def test_train_config_rejects_bad_settings(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -735,7 +734,7 @@ def test_a_resume_on_another_corpus_of_the_same_size_is_refused(tok, examples, t
 def test_a_compiled_training_step_on_the_cpu_matches_eager_in_one_graph(tok, examples):
     # torch.compile (inductor: C++ on a CPU, Triton on a GPU) of the training forward, the loss
     # and the backward; the fused optimizer step stays eager. The MLM head gets a fixed number
-    # of rows (bertlab.engine.fast.mlm_capacity), so no data-dependent shape splits the graph.
+    # of rows (bertlab.pretraining.mlm_capacity), so no data-dependent shape splits the graph.
     import torch._dynamo as dynamo
 
     train, _ = loaders(examples, tok)

@@ -10,12 +10,11 @@ import torch
 
 import bertlab.pretraining as pretraining_mod
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.fast import fast_inputs, real_token_positions
-from bertlab.engine.readers import load_corpus
 from bertlab.finetune import finetune_classifier
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import create_nsp_examples
-from bertlab.pretraining import pretrain
+from bertlab.pretraining import fast_inputs, pretrain, real_token_positions
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 

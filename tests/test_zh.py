@@ -9,9 +9,9 @@ import torch
 
 from bertlab.corpus import Document
 from bertlab.data import LoaderOptions, PretrainingCollator, PretrainingDataset, pretraining_loader
-from bertlab.engine.readers import load_corpus
 from bertlab.masking import IGNORE_INDEX, MaskingConfig
 from bertlab.pairs import IS_NEXT, NOT_NEXT, create_nsp_examples, tokenize_corpus
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import UNK, train_tokenizer
 from bertlab.zh import (
     nsp_word_ids,

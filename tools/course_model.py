@@ -5,7 +5,7 @@ result as a Hugging Face folder (config.json, model.safetensors, tokenizer files
 models/course-tiny/, and writes MANIFEST.json beside it: the exact commands, the recipe, a digest
 of the corpus text and of every file written, and the model's held-out scores ([MASK]
 accuracy on BERT-masked 64-token pairs with the no-context bar, the cloze set); README.md, the
-model card, is made from that MANIFEST (`bertlab.engine.card`). A notebook that
+model card, is made from that MANIFEST (`bertlab.export`). A notebook that
 loads the model reads MANIFEST.json too, so it can say what it loaded and how it was made.
 
 Usage: python tools/course_model.py [--steps 8000] [--threads 1]     (make course-model)
@@ -28,18 +28,18 @@ from pathlib import Path
 import torch
 
 import bertlab
+from bertlab.atomic import atomic_write_json
 from bertlab.cli import main as cli
 from bertlab.course.cloze import CLOZE_SET, cloze_score
 from bertlab.course.doctor import load_average
 from bertlab.course.traces import git_commit, make_trace
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.card import write_manifest_card
 from bertlab.engine.checkpoint import latest_checkpoint
-from bertlab.engine.files import atomic_write_json
-from bertlab.engine.loading import load_model
-from bertlab.engine.readers import corpus_digest, load_corpus
-from bertlab.engine.recipes import VAL_SEQ_LEN, recipe
+from bertlab.export import write_manifest_card
+from bertlab.loading import load_model
 from bertlab.pretraining import evaluate
+from bertlab.readers import corpus_digest, load_corpus
+from bertlab.recipes import VAL_SEQ_LEN, recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE_STEPS = 300  # the reproduce trace: the command's first steps (about 20 s on one core)

@@ -201,7 +201,7 @@ def _check_outputs(came_back: Path, runs: Path | None, results: Path | None) -> 
     under a file, a file where a folder goes, the --from folder itself, a link that loops or
     leads where nothing can be written, a folder this process may not write in, and a `runs`
     folder that already holds something (an earlier session's runs)."""
-    from bertlab.engine.files import through_link
+    from bertlab.atomic import through_link
     from bertlab.engine.outputs import check_output
     any_kind = ("run", "shards", "hf", "checkpoint", "other")  # what is there: checked below
     try:
@@ -235,7 +235,8 @@ def _put_in_place(contents: dict[Path, list[tarfile.TarInfo]], record: bytes | N
     Ctrl-C, SIGTERM) leaves both as they were: the staging folder is removed and the record's
     previous content (or its absence) comes back. After kill -9 the next receive sweeps the dead
     one's staging folder; killed after the record was written, it writes the same bytes again."""
-    from bertlab.engine.files import atomic_write_bytes, atomic_write_folder
+    from bertlab.atomic import atomic_write_bytes
+    from bertlab.engine.folders import atomic_write_folder
     target = results / "gpu_throughput.json"
     before = target.read_bytes() if target.is_file() else None
     began: list[Path] = []

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from bertlab.engine.card import write_manifest_card
+from bertlab.export import write_manifest_card
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,8 +29,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from bertlab.atomic import atomic_write_json
 from bertlab.course.traces import REPO, compare_values, make_script_trace
-from bertlab.engine.files import atomic_write_json
 
 RESULTS = REPO / "benchmarks" / "results"
 CURVE_KEYS = ("mask_accuracy", "mlm_accuracy", "nsp_accuracy")

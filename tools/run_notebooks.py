@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 
 from bertlab.course.doctor import load_average
 from bertlab.course.traces import machine
-from bertlab.engine.device import cpu_has_native_bf16
+from bertlab.precision import cpu_has_native_bf16
 
 RUN_TIMES = Path(__file__).resolve().parent.parent / "notebooks" / "run_times.json"
 

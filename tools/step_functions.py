@@ -11,7 +11,7 @@ first-call cache, so the two counted runs differ only in their steps.
 
 A function belongs to the step when it is called more often in the 6-step run than in the
 3-step one; its calls per step are (calls at 6 - calls at 3) / 3. A function is its code's file
-relative to the folder that holds the package (`bertlab/model.py`, `bertlab/engine/fast.py`:
+relative to the folder that holds the package (`bertlab/model.py`, `bertlab/engine/session.py`:
 any file under `bertlab.__file__`'s folder, `bertlab/course/` included and named apart) and its
 qualified name (`co_qualname`). Nested named functions count as functions of their own;
 lambdas and comprehensions (`<lambda>`, `<listcomp>`, `<genexpr>`, ...) count as part of the

@@ -41,18 +41,18 @@ from typing import Any
 
 import torch
 
+from bertlab.atomic import atomic_write_json
 from bertlab.corpus import split_documents
 from bertlab.course.grid import Budget, Cell, cell_config, cell_key, code_digest, config_key
 from bertlab.course.twins import verdict
 from bertlab.data import LoaderOptions, pretraining_loader
 from bertlab.engine.device import resolve_device, resolve_precision
-from bertlab.engine.files import atomic_write_json
-from bertlab.engine.readers import load_corpus
 from bertlab.finetune import FinetuneConfig, ProbeConfig, finetune_classifier, linear_probe
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
 from bertlab.pairs import Example, create_nsp_examples
 from bertlab.pretraining import evaluate, pretrain, unigram_baseline
+from bertlab.readers import load_corpus
 from bertlab.tokenizer import train_tokenizer
 from bertlab.train import TrainConfig
 

@@ -15,21 +15,23 @@ from typing import Any
 
 import torch
 
+from bertlab.artefacts import LOCK_NAME
+from bertlab.atomic import atomic_write_json
 from bertlab.config import cpu_threads
 from bertlab.course.cloze import cloze_score
 from bertlab.course.doctor import load_note
 from bertlab.course.viz import plot_training_curves
 from bertlab.data import LoaderOptions, pretraining_loader
-from bertlab.engine.checkpoint import list_checkpoints
+from bertlab.downstream import compare_downstream
 from bertlab.engine.device import resolve_device
-from bertlab.engine.files import LOCK_NAME, atomic_write_json, check_output_folder, save_tokenizer
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
-from bertlab.engine.tasks import compare_downstream
+from bertlab.engine.outputs import check_output
 from bertlab.finetune import FinetuneConfig, format_table
+from bertlab.loading import list_checkpoints
 from bertlab.model import BertForPreTraining
 from bertlab.pretraining import fill_mask, pretrain
-from bertlab.tokenizer import train_tokenizer
+from bertlab.readers import load_corpus
+from bertlab.recipes import DEMO_STEPS, VAL_SEQ_LEN, Recipe, recipe
+from bertlab.tokenizer import save_tokenizer, train_tokenizer
 from bertlab.train import TrainResult
 
 EXAMPLES = (
@@ -87,7 +89,7 @@ def format_guesses(options: list[tuple[str, float]]) -> str:
 
 def check_demo_folder(out: Path) -> None:
     """Raise a ValueError unless `out` is missing, empty or a previous demo's folder."""
-    if check_output_folder(out, "--out", accept=("other",)) == "other":
+    if check_output(out, "--out", folder=True, accept=("other",)) == "other":
         foreign = sorted(p.name for p in out.iterdir() if p.name not in DEMO_FILES)
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
@@ -173,7 +175,7 @@ def run_demo(out: str | Path, steps: int | None = None, finetune_epochs: float =
              threads: int | None = None) -> dict:
     """Return the results written to `out/results.json` after running the demo into `out`.
 
-    Pretrains with the course recipe (`bertlab.engine.recipes`) for `steps` optimizer steps (default
+    Pretrains with the course recipe (`bertlab.recipes`) for `steps` optimizer steps (default
     `DEMO_STEPS`: about 4 minutes on a 2-core CPU, so the whole demo stays within about 10; a
     step budget, not a time budget, gives the same model on every run of one machine), then fine-tunes
     its [CLS] for `finetune_epochs` on BBC topics with all labels and with 8 and 32 per class

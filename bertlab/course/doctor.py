@@ -35,11 +35,12 @@ from torch.utils.data import DataLoader
 from bertlab.config import cpu_threads
 from bertlab.course.traces import REPO  # the checkout, when bertlab runs from one
 from bertlab.data import pretraining_loader
-from bertlab.engine.device import cpu_has_native_bf16, resolve_device, resolve_newton_schulz
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import DEMO_STEPS, recipe
+from bertlab.engine.device import resolve_device
 from bertlab.model import BertForPreTraining
+from bertlab.precision import cpu_has_native_bf16, resolve_newton_schulz
 from bertlab.pretraining import pretrain
+from bertlab.readers import load_corpus
+from bertlab.recipes import DEMO_STEPS, recipe
 from bertlab.tokenizer import default_cache_dir, train_tokenizer
 
 try:

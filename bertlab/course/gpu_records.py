@@ -77,39 +77,6 @@ def throughput_lines(record: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def twins_lines(record: dict[str, Any] | None) -> list[str]:
-    """Return the twins side by side (one line per run) and each arm minus the MLM-only twin,
-    paired by seed (mean +- 2 SE, and the seeds), or the sentence that there is no record yet.
-
-    Reads a record of benchmarks/twins.py from either device (twins-gpu.json, twins-cpu.json)."""
-    if record is None:
-        return [f"No GPU pretraining record yet (benchmarks/results/{PRETRAIN}): no model in this "
-                f"project has been pretrained on a GPU, so the twins' answer (MLM + NSP against "
-                f"MLM alone) is still to come. {HOW}."]
-    lines = [f"{record['device']}, recipe {record['recipe']['name']}, "
-             f"{', '.join(map(str, record['steps']))} steps"]
-    if not record["summary"].get("same_steps", True):
-        lines.append("careful: a deadline stopped the twins at different steps, so the gaps "
-                     "below also hold a difference in training")
-    for r in record["runs"]:
-        n = str(r["max_seq_len"])
-        at, rule = r["at"][n], r["word_overlap_rule"][n]
-        pair = ("no pair head trained" if r["pair_objective"] is None else
-                f"{r['pair_objective'].upper()} {at['pair_accuracy']:.3f} (overlap rule "
-                f"{rule['accuracy']:.3f})")
-        lines.append(f"{r['arm']:>8} seed {r['seed']}: {r['steps']} steps, "
-                     f"{r['tokens'] / 1e6:.0f}M tokens; [MASK] {at['mask_accuracy']:.3f} at {n} "
-                     f"(bar {at['mask_unigram_accuracy']:.3f}), {pair}, cloze top-1 "
-                     f"{r['cloze']['top1']:.0%}, [CLS] probe "
-                     f"{r['cls_probe_all_labels']['pooled']['accuracy']:.3f}")
-    for pair, measures in record["summary"]["paired_by_seed"].items():
-        for name, gap in measures.items():
-            spread = "" if gap["two_se"] is None else f" +- {gap['two_se']:.3f}"
-            lines.append(f"{pair}, {name}: {gap['mean']:+.3f}{spread} (seeds "
-                         f"{', '.join(f'{g:+.3f}' for g in gap['per_seed'].values())})")
-    return lines
-
-
 def gpu_curves(record: dict[str, Any] | None,
                length: int = 128) -> dict[str, list[tuple[int, float]]]:
     """Return each run's validation curve on `length`-token pairs (128 or 64, the course's

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from bertlab.engine.device import resolve_device, resolve_precision
-from bertlab.engine.recipes import recipe
 from bertlab.masking import BERT_MASKING
+from bertlab.recipes import recipe
 
 # Bump when a change can move a cell's numbers (a new measurement, a fix in training or masking):
 # every key changes, and every cell runs again. 2: the [MASK]-position metrics; optimizer in budgets.
@@ -183,7 +183,7 @@ class Budget:
 
 
 def recipe_budget(recipe_name: str, name: str, **fields: Any) -> Budget:
-    """Return a budget that trains with a named recipe of `bertlab.engine.recipes` (masking rate, NSP,
+    """Return a budget that trains with a named recipe of `bertlab.recipes` (masking rate, NSP,
     dropout, batch, pair length, optimizer and learning rates); `fields` set the rest (steps,
     what to measure) and win over the recipe.
     """

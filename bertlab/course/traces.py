@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bertlab.engine.device import resolve_newton_schulz
+from bertlab.precision import resolve_newton_schulz
 
 REPO = Path(__file__).resolve().parents[2]
 # A history row's fields that depend on the machine and its load, not on the stream.

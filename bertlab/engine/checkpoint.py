@@ -2,11 +2,11 @@
 
 A checkpoint is a folder `RUN/checkpoints/step-NNNNNNNN/`: tensors in safetensors, everything
 else in JSON, the SHA-256 of every file in digests.json. It is built in a hidden staging folder
-and renamed into place (`bertlab.engine.files.atomic_write_folder`), so a crash, a kill or a full disk
+and renamed into place (`bertlab.engine.folders.atomic_write_folder`), so a crash, a kill or a full disk
 never leaves half of one. Nothing is ever unpickled.
 
 `load_run` rebuilds the model of a pretraining run from its newest checkpoint that verifies
-(`bertlab.engine.loading.load_model` takes either a run folder or a Hugging Face folder).
+(`bertlab.loading.load_model` takes either a run folder or a Hugging Face folder).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ from safetensors.torch import load_model as load_safetensors_model
 from tokenizers import Tokenizer
 from torch import nn
 
-from bertlab.engine.files import STAGING_SUFFIX, atomic_write_folder, is_disk_full
+from bertlab.atomic import is_disk_full
+from bertlab.engine.folders import STAGING_SUFFIX, atomic_write_folder
 from bertlab.errors import BadInput, flag_of
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.tokenizer import load_tokenizer, vocab_digest
+from bertlab.tokenizer import vocab_digest
 
 CHECKPOINT_FORMAT = 2  # 2: digests.json (SHA-256 of every file); 1 is still read, unverified
 _CHECKPOINT_NAME = re.compile(r"^step-(\d{8})$")
@@ -231,7 +232,7 @@ def load_checkpoint(path: str | Path, model: nn.Module,
                          f"{_describe_mismatch(saved, current or {})}. On the command line pass "
                          f"the run's own settings ({flags or 'its --preset'}); in Python build "
                          f"the model from the checkpoint's config "
-                         f"(bertlab.engine.checkpoint.load_run); or start a new run")
+                         f"(bertlab.loading.load_run); or start a new run")
     try:
         missing, unexpected = load_safetensors_model(
             model, str(path / "model.safetensors"), strict=False,
@@ -291,14 +292,15 @@ def _complete_checkpoints(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Return the complete checkpoints of a run, oldest first (half-written ones never count)."""
+def checkpoint_folders(run_dir: str | Path) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first (half-written ones never count);
+    `bertlab.loading.list_checkpoints` is this for the lesson."""
     return _complete_checkpoints(Path(run_dir) / "checkpoints")
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     """Return the newest complete checkpoint folder of a run, or None when there is none."""
-    found = list_checkpoints(run_dir)
+    found = checkpoint_folders(run_dir)
     return found[-1] if found else None
 
 
@@ -311,7 +313,7 @@ def latest_verified_checkpoint(run_dir: str | Path) -> Path | None:
     gone, not corrupt: the folder is listed again, for the newer one saved before it went.
     """
     for attempt in range(ROTATION_RETRIES + 1):
-        found, vanished = list_checkpoints(run_dir), False
+        found, vanished = checkpoint_folders(run_dir), False
         first_error: CorruptCheckpoint | None = None
         for path in reversed(found):
             try:
@@ -402,28 +404,16 @@ def read_newest(run_dir: str | Path, read: Callable[[Path], T]) -> tuple[Path, T
 # A trained model back from a run folder
 
 
-def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
-             device: str | torch.device = "cpu") -> tuple[BertForPreTraining, Tokenizer | None]:
-    """Return (model, tokenizer) of a pretraining run folder, from its newest sound checkpoint.
-
-    The model is rebuilt from the config stored in the checkpoint; the tokenizer is the
-    `tokenizer.json` the CLI saves in the run folder (None if absent). Without `checkpoint`, a
-    newest checkpoint that fails its digests is skipped, with a warning, for the newest one that
-    verifies.
-
-    Taught in notebooks/05_pretraining.ipynb
-    """
-    run_dir = Path(run_dir)
+def read_run_model(run_dir: str | Path, checkpoint: str | Path | None = None,
+                   device: str | torch.device = "cpu") -> tuple[Path, BertForPreTraining]:
+    """Return (checkpoint folder, model) of a pretraining run folder: `checkpoint` verified, or
+    else the newest checkpoint that verifies (a newer one that fails its digests is skipped, with
+    a warning). The model is rebuilt from the config stored in the checkpoint
+    (`bertlab.loading.load_run` adds the run's tokenizer)."""
     if checkpoint is not None:
         path = Path(checkpoint)
-        model = _load_run_model(path, verify=True, device=device)
-    else:
-        path, model = read_newest(run_dir, lambda p: _load_run_model(p, False, device))
-    tok_file = run_dir / "tokenizer.json"
-    tok = load_tokenizer(tok_file) if tok_file.is_file() else None
-    if tok is not None and tok.get_vocab_size() == model.config.vocab_size:  # else the callers'
-        check_run_tokenizer(read_checkpoint_state(path, verified=True), tok, tok_file)  # size check
-    return model, tok
+        return path, _load_run_model(path, verify=True, device=device)
+    return read_newest(Path(run_dir), lambda p: _load_run_model(p, False, device))
 
 
 def check_run_tokenizer(state: dict, tokenizer: Tokenizer, tok_file: Path) -> None:

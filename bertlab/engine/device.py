@@ -1,7 +1,7 @@
 """Where and how the arithmetic runs: the device, mixed precision, torch.compile and DDP.
 
 The training loop calls these once per run: `resolve_device`, `resolve_precision` and
-`resolve_newton_schulz` (Muon's arithmetic, by what the CPU does natively) read the settings, `fast_math` sets the process-wide switches for the run and restores them after, and
+`bertlab.precision.resolve_newton_schulz` (Muon's arithmetic, by what the CPU does natively) read the settings, `fast_math` sets the process-wide switches for the run and restores them after, and
 `wrap_model` compiles the model and wraps it in DistributedDataParallel under torchrun.
 `from_rank0` keeps every process's time-based decisions identical; on one process it does
 nothing. What the step itself does per batch (autocast, moving a batch, summing the step's
@@ -14,7 +14,7 @@ import contextlib
 import os
 import platform
 import subprocess
-import sys
+import warnings
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertlab import precision
 from bertlab.config import rank_world
 
 
@@ -64,35 +65,6 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return "fp32"
 
 
-# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) below the first with bf16 arithmetic: under
-# one of them bf16 matmuls are emulated even on a CPU that has the instructions.
-_ISA_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
-# /proc/cpuinfo flags of bf16 matrix arithmetic: x86's AMX and AVX-512 BF16, Arm's BF16.
-_BF16_FLAGS = {"amx_bf16", "avx512_bf16", "bf16"}
-
-
-def cpu_has_native_bf16() -> bool:
-    """Return whether this CPU multiplies bf16 matrices in hardware (AMX-BF16 or AVX-512 BF16 on
-    x86, the BF16 extension on Arm) and oneDNN may use it (ONEDNN_MAX_CPU_ISA does not cap it
-    below). Elsewhere torch emulates a bf16 matmul, many times slower than fp32."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", os.environ.get("DNNL_MAX_CPU_ISA", "")).upper()
-    if cap in _ISA_WITHOUT_BF16:
-        return False
-    if sys.platform == "darwin":  # Apple silicon says so through sysctl, not /proc
-        done = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_BF16"],
-                              capture_output=True, text=True)
-        return done.stdout.strip() == "1"
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return False
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return bool(_BF16_FLAGS & set(value.split()))
-    return False
-
-
 def made_with() -> dict[str, str | bool | None]:
     """Return what a run's numbers depend on besides its settings: the versions of bertlab,
     torch and Python, the platform, the CPU's bf16, and the git commit (with "+dirty" for
@@ -112,32 +84,9 @@ def made_with() -> dict[str, str | bool | None]:
         version = None
     return {"bertlab": version, "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
-            "native_bf16": cpu_has_native_bf16(), "commit": commit}
+            "native_bf16": precision.cpu_has_native_bf16(), "commit": commit}
 
 
-NEWTON_SCHULZ = ("auto", "bf16", "fp32")
-
-
-def resolve_newton_schulz(setting: str, device: torch.device) -> str:
-    """Return "bf16" or "fp32": the dtype of Muon's Newton-Schulz iterations for `setting`
-    (TrainConfig.newton_schulz) on `device`.
-
-    "auto" is bf16 where bf16 matmuls are native (a GPU, or `cpu_has_native_bf16`) and fp32
-    elsewhere: on a CPU without them the iterations in bf16 make the whole step 4-5x slower, and
-    in fp32 they are as fast as the rest of the step. The environment variable
-    BERTLAB_NEWTON_SCHULZ (bf16 or fp32) overrides "auto" for a whole process: a reproduce trace
-    recorded before the setting existed replays with it set to bf16.
-    """
-    if setting == "auto":
-        setting = os.environ.get("BERTLAB_NEWTON_SCHULZ", "auto") or "auto"
-        if setting not in NEWTON_SCHULZ:
-            raise ValueError(f"BERTLAB_NEWTON_SCHULZ={setting!r} is not one of bf16, fp32; "
-                             f"unset it, or set one of them")
-    if setting != "auto":
-        return setting
-    if device.type != "cpu":
-        return "bf16"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
 
 
 def resolve_compile(compile: bool | None, device: torch.device) -> bool:
@@ -156,7 +105,7 @@ def fast_math(device: torch.device) -> Iterator[None]:
       tensor cores (a 10-bit mantissa, plenty for training).
 
     A compiled run needs no switch of its own: the compiled MLM head has a fixed number of rows
-    (`bertlab.engine.fast.mlm_capacity`), so no data-dependent shape
+    (`bertlab.pretraining.mlm_capacity`), so no data-dependent shape
     needs dynamo's `capture_dynamic_output_shape_ops`.
     """
     with contextlib.ExitStack() as stack:
@@ -223,3 +172,12 @@ def close_distributed(together: bool = True) -> None:
         if together:
             dist.barrier()
         dist.destroy_process_group()
+
+
+def __getattr__(name: str):
+    """The names that moved to `bertlab.precision`, for one release, with a DeprecationWarning."""
+    if name in ("resolve_newton_schulz", "NEWTON_SCHULZ"):
+        warnings.warn(f"bertlab.engine.device.{name} is now bertlab.precision.{name}; the old "
+                      f"name goes in the next release", DeprecationWarning, stacklevel=2)
+        return getattr(precision, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertlab.atomic import atomic_write_json, is_disk_full
 from bertlab.config import check_tensorboard
-from bertlab.engine.files import atomic_write_json, is_disk_full
 from bertlab.errors import BadInput
 
 # The bar a masked LM must clear: always guessing the most frequent [MASK] target.

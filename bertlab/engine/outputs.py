@@ -5,7 +5,7 @@ paths, so a link to the input counts), a path inside a bertlab artefact (a run, 
 shards, a Hugging Face export: a file written there would replace one of its files, or be
 taken for one), a name longer than the file system allows, and a destination this process
 cannot write; each refusal is one `BadInput` that names the flag and the path as the user gave
-them. The writing itself is `bertlab.engine.files`'s atomic replace.
+them. The writing itself is `bertlab.atomic`'s atomic replace.
 """
 
 from __future__ import annotations
@@ -15,17 +15,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bertlab.engine.files import (
-    HF_WEIGHTS,
-    LOCK_NAME,
-    STAGING_SUFFIX,
-    check_output_folder,
-    describe_kind,
-    folder_kind,
-    special_kind,
-    sweep_dead_writers,
-    through_link,
-)
+from bertlab.artefacts import HF_WEIGHTS, LOCK_NAME, describe_kind, folder_kind
+from bertlab.atomic import special_kind, through_link
+from bertlab.engine.folders import STAGING_SUFFIX, sweep_dead_writers
 from bertlab.errors import BadInput
 
 # The artefacts whose files belong to bertlab, and what a message calls each folder.
@@ -40,13 +32,13 @@ _NOTHING = "(nothing was written)"
 def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, object]] = (),
                  folder: bool = False, accept: tuple[str, ...] | None = None,
                  new_folder_ok: bool = False) -> str:
-    """Return what `path` holds now (`bertlab.engine.files.folder_kind`: "missing", "file", "run"...)
+    """Return what `path` holds now (`bertlab.engine.folders.folder_kind`: "missing", "file", "run"...)
     once a command may write there; raise `BadInput` (a ValueError) before, if it may not.
 
     `inputs` lists the command's inputs as (flag, path); those that are no path on disk (a
     corpus name such as "bbc", None) are passed over. `folder`: the output is a folder (else a
     file in an existing folder). With `accept` (a folder output), what the folder may already
-    hold is checked too (`bertlab.engine.files.check_output_folder`); None leaves that to the command.
+    hold is checked too (`_check_holds`); None leaves that to the command.
     `new_folder_ok`: a file output's folder may be missing (the command makes it).
     """
     shown = f"{flag} {path}"
@@ -65,7 +57,7 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     _check_not_an_input(path, shown, inputs)
     _check_outside_artefacts(path, shown)
     if folder and accept is not None:
-        check_output_folder(path, flag, accept)
+        _check_holds(path, flag, accept)
     elif not folder:
         _check_file_target(path, shown, new_folder_ok)
     check_writable(path, shown, folder)
@@ -187,3 +179,32 @@ def check_writable(path: str | Path, shown: str, folder: bool = False) -> None:
                                   f"({e.strerror or e})", fix) from None
         os.close(fd)
         os.unlink(probe)
+
+
+def _check_holds(path: str | Path, flag: str, accept: tuple[str, ...] = ()) -> str:
+    """Return the `folder_kind` of an output folder after checking what it holds may be written
+    over (`check_output`'s last step for a folder with `accept`).
+
+    A missing or empty folder is always fine; `accept` lists the artefact kinds that may also be
+    there (e.g. "run" when resuming). Anything else raises a ValueError that names `flag`, the
+    path, what is there and what to do: a file, a folder whose parent is a file, another kind
+    of artefact, or a folder with files of its own.
+    """
+    path = Path(path)
+    if str(path).strip() == "":
+        raise ValueError(f"{flag} is empty; pass a folder path")
+    for parent in path.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"{flag} {path}: {parent} is a file, not a folder; choose a path "
+                             f"under a folder")
+    try:
+        through_link(path)  # a link is written through; one that loops is refused here
+    except ValueError as e:
+        raise ValueError(f"{flag} {e}") from None
+    kind = folder_kind(path)
+    if kind in ("missing", "empty") or kind in accept:
+        return kind
+    if kind == "file":
+        raise ValueError(f"{flag} {path} is a file, not a folder; choose a folder path")
+    raise ValueError(f"{flag} {path} already holds {describe_kind(kind)}; choose a new or empty "
+                     f"folder (nothing was written)")

@@ -33,22 +33,17 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from bertlab.artefacts import LOCK_NAME
 from bertlab.config import rank_world
 from bertlab.data import Batch, EpochLoader, RunData, run_data_of
 from bertlab.engine.checkpoint import (
+    checkpoint_folders,
     latest_checkpoint,
     latest_verified_checkpoint,
-    list_checkpoints,
     remove_checkpoint,
     save_checkpoint,
 )
-from bertlab.engine.files import (
-    LOCK_NAME,
-    check_output_folder,
-    in_use_error,
-    lock_holder,
-    writing_into,
-)
+from bertlab.engine.folders import in_use_error, lock_holder, writing_into
 from bertlab.engine.outputs import check_output
 from bertlab.errors import BadInput
 
@@ -70,8 +65,8 @@ def check_run_folder(out_dir: str | Path | None, resume: bool, flag: str = "out_
             raise ValueError("resume=True needs out_dir (the run folder to resume from)")
         return None
     out = Path(out_dir)
-    check_output(out_dir, flag, folder=True)  # not empty, not inside an artefact, writable
-    kind = check_output_folder(out, flag, accept=("run",))
+    # not empty, not inside an artefact, writable, and new, empty or a run already
+    kind = check_output(out_dir, flag, folder=True, accept=("run",))
     newest = latest_checkpoint(out)
     if resume and newest is None:
         holder = lock_holder(out)
@@ -135,7 +130,7 @@ def resume_checkpoint(out: Path, is_main: bool, world: int) -> Path:
     """
     if is_main:
         good = latest_verified_checkpoint(out)
-        for bad in list_checkpoints(out):
+        for bad in checkpoint_folders(out):
             if bad.name > good.name:
                 aside = bad.with_name(f"corrupt-{bad.name}")
                 os.replace(bad, aside)
@@ -354,7 +349,7 @@ class CheckpointSaver:
         path = save_checkpoint(self.out / "checkpoints" / f"step-{self.saved_step:08d}",
                                self.model, self.optimizer, state=state, rng=rngs,
                                scaler=self.scaler)
-        for old in list_checkpoints(self.out)[:-self.keep]:
+        for old in checkpoint_folders(self.out)[:-self.keep]:
             remove_checkpoint(old)  # renamed away first: never seen half deleted
         return path
 

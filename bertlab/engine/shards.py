@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from bertlab.atomic import atomic_write_json, atomic_write_text
 from bertlab.corpus import SPLITS, Document
 from bertlab.data import (
     EpochLoader,
@@ -33,16 +34,12 @@ from bertlab.data import (
     checked_loader_options,
     pretraining_loader,
 )
-from bertlab.engine.files import (
-    atomic_write_folder,
-    atomic_write_json,
-    atomic_write_text,
-    check_output_folder,
-)
-from bertlab.engine.readers import CORPORA
-from bertlab.engine.streaming import StreamingNspBuilder, StreamOptions, iter_documents
+from bertlab.engine.folders import atomic_write_folder
+from bertlab.engine.outputs import check_output
+from bertlab.engine.streaming import StreamingExampleBuilder, StreamOptions, iter_documents
 from bertlab.errors import BadInput
 from bertlab.pairs import NOT_NEXT, SINGLE, Example
+from bertlab.readers import CORPORA
 from bertlab.tokenizer import EmptyCorpus, SpecialIds, load_tokenizer, train_tokenizer
 
 SHARD_FORMAT = 1
@@ -150,7 +147,7 @@ def prepare_shards(
     apart: draw 0's shards are those under meta "shards", draw k's are named
     `draw-k-shard-NNNNN` and listed under meta "draws"; a loader trains epoch e on draw e % K
     (validation keeps one draw, so it is always scored on the same pairs). Each split has its
-    own negatives pool (`StreamingNspBuilder`), so validation text never appears in training
+    own negatives pool (`StreamingExampleBuilder`), so validation text never appears in training
     examples. Memory stays bounded by one batch of documents (`StreamOptions.batch_docs`,
     `batch_chars`), the reservoir and one shard; long lines and huge documents are cut as the
     corpus is read (`bertlab.load_corpus`), and the summary and each meta.json count them under
@@ -174,7 +171,7 @@ def prepare_shards(
     if isinstance(tokenizer, (str, Path)):
         tokenizer = load_tokenizer(tokenizer)
     out = Path(out_dir)
-    check_output_folder(out, "out_dir")
+    check_output(out, "out_dir", folder=True, accept=())
     _check_not_inside_corpus(out, corpus, "out_dir")
     counts: dict[str, int] = {}
     docs = iter_documents(corpus, counts=counts, errors=options.errors, **(options.read or {}))
@@ -184,7 +181,7 @@ def prepare_shards(
     # each pass's pairs (their `draw`) go to that draw's shards.
     stream = options.stream
     builders = {
-        name: StreamingNspBuilder(
+        name: StreamingExampleBuilder(
             tokenizer, replace(stream, dupe_factor=stream.dupe_factor * options.draws(name)),
             seed=seed + 1_000_003 * k, name=f"{label} ({name or 'all'} split)")
         for k, name in enumerate(names)
@@ -196,7 +193,8 @@ def prepare_shards(
                                      vocab_size=tokenizer.get_vocab_size(), counts=counts))
         _check_some_pairs(summary["splits"], label)
         atomic_write_text(staging / "tokenizer.json", tokenizer.to_str())
-        check_output_folder(out, "out_dir")  # nothing may have appeared there in the meantime
+        # nothing may have appeared there in the meantime
+        check_output(out, "out_dir", folder=True, accept=())
 
     # Built in a hidden sibling and moved into place whole; an empty `out` (made by hand, or
     # holding the CLI's lock) stays, and meta.json and train/ arrive last.
@@ -258,7 +256,7 @@ def _settings(stream: StreamOptions) -> dict[str, Any]:
 
 
 def _write_shards(
-    docs: Iterator[Document], builders: dict[str | None, StreamingNspBuilder], folder: Path,
+    docs: Iterator[Document], builders: dict[str | None, StreamingExampleBuilder], folder: Path,
     options: PrepareOptions, *, seed: int, vocab_size: int, counts: dict[str, int],
 ) -> dict[str, Any]:
     """Return the summary after writing each split's shards, docs.txt and (last) meta.json."""
@@ -302,7 +300,7 @@ def _write_shards(
     return summary
 
 
-def _split_meta(name: str | None, builder: StreamingNspBuilder, writers: list[_ShardWriter],
+def _split_meta(name: str | None, builder: StreamingExampleBuilder, writers: list[_ShardWriter],
                 settings: dict[str, Any], seed: int, vocab_size: int,
                 counts: dict[str, int]) -> dict[str, Any]:
     """Return the meta.json of one split: format, settings, counts and shards (per draw too)."""
@@ -343,7 +341,7 @@ def prepare_command(
     """
     options = PrepareOptions() if options is None else options
     out = Path(out)
-    check_output_folder(out, "--out")
+    check_output(out, "--out", folder=True, accept=())
     _check_not_inside_corpus(out, corpus, "--out")
     errors, read = options.errors, options.read or {}
     if tokenizer is None:

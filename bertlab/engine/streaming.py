@@ -1,6 +1,6 @@
 """NSP examples from a stream of documents, with memory bounded however large the corpus.
 
-`iter_documents` reads a corpus one document at a time; `StreamingNspBuilder` tokenizes them a
+`iter_documents` reads a corpus one document at a time; `StreamingExampleBuilder` tokenizes them a
 batch at a time and builds NSP pairs (`bertlab.pairs.PairBuilder`, the same recipe as
 `create_nsp_examples`), drawing NotNext B from the current batch or from a reservoir sample of
 earlier documents, or (`segments="single"`) single segments, [CLS] text [SEP], exactly those
@@ -20,7 +20,6 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bertlab.corpus import Document
-from bertlab.engine.readers import iter_corpus
 from bertlab.pairs import (
     INPUTS,
     SINGLE,
@@ -34,6 +33,7 @@ from bertlab.pairs import (
     single_pass_rng,
     tokenize_corpus,
 )
+from bertlab.readers import iter_corpus
 from bertlab.tokenizer import special_ids
 
 
@@ -43,7 +43,7 @@ def iter_documents(
 ) -> Iterator[Document]:
     """Return an iterator over Documents, one at a time, without reading the corpus into memory.
 
-    `source`: an iterable of Documents, or anything `bertlab.engine.readers.iter_corpus` reads
+    `source`: an iterable of Documents, or anything `bertlab.readers.iter_corpus` reads
     (a named corpus, a folder of `.txt` files streamed file by file, a BERT-format file streamed
     in blocks, rows streamed a row at a time); a path is checked now, `counts` collects what
     reading it cut and skipped, `errors` says what to do with bytes that are not UTF-8, and
@@ -72,11 +72,11 @@ class _PackedDoc:
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """How `StreamingNspBuilder` turns a stream of documents into examples, checked when built.
+    """How `StreamingExampleBuilder` turns a stream of documents into examples, checked when built.
 
     The example settings are `create_nsp_examples`' (`create_single_examples`' with
     `segments="single"`), plus `include_title` (`tokenize_corpus`); `batch_docs`,
-    `reservoir_docs` and `batch_chars` bound the memory (see `StreamingNspBuilder`).
+    `reservoir_docs` and `batch_chars` bound the memory (see `StreamingExampleBuilder`).
     """
 
     max_seq_len: int = 128
@@ -103,14 +103,14 @@ class StreamOptions:
             )
 
 
-class StreamingNspBuilder:
+class StreamingExampleBuilder:
     """Turns a stream of documents into NSP examples, holding only a bounded window in memory.
 
     Documents are tokenized a batch at a time: `batch_docs` documents, or fewer once they hold
     `batch_chars` characters of sentences. The tokenizer's memory grows with the characters of a
     batch; 256 news articles or web pages hold well under the default 4 million, so the
     character limit only cuts batches of long documents (books, up to
-    `bertlab.engine.textfiles.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few
+    `bertlab.textfiles.MAX_DOC_CHARS` each), keeping one batch's tokenization to a few
     hundred MB.
     NotNext B comes from the other documents of the current batch or from a reservoir of at
     most `reservoir_docs` earlier documents (kept by reservoir sampling, so it is a uniform
@@ -222,13 +222,13 @@ class StreamingNspBuilder:
                     self.reservoir[j] = (d, _PackedDoc(self._window(sents)))
 
 
-def stream_nsp_examples(
-    source: str | Path | Iterable[Document], tokenizer: Tokenizer,
-    options: StreamOptions | None = None, *, seed: int = 0,
-) -> Iterator[Example]:
-    """Yield the examples of a stream of documents (`StreamingNspBuilder` with `options` and
-    `seed`), memory bounded."""
-    builder = StreamingNspBuilder(tokenizer, options, seed=seed)
-    for doc in iter_documents(source):
-        yield from builder.add(doc)
-    yield from builder.finish()
+def __getattr__(name: str):
+    """The old name of `StreamingExampleBuilder` (it builds single segments too), for one
+    release, with a DeprecationWarning that names the new one."""
+    if name == "StreamingNspBuilder":
+        import warnings
+        warnings.warn("bertlab.engine.streaming.StreamingNspBuilder is now StreamingExampleBuilder "
+                      "(it builds NSP, SOP and single-segment examples); the old name goes in the "
+                      "next release", DeprecationWarning, stacklevel=2)
+        return StreamingExampleBuilder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from bertlab.artefacts import describe_kind, folder_kind
 from bertlab.corpus import (
     SENTENCE_END,
     Document,
@@ -32,7 +33,6 @@ from bertlab.corpus import (
     split_of,
     split_sentences,
 )
-from bertlab.engine.files import describe_kind, folder_kind
 from bertlab.errors import BadInput
 
 # Budgets that keep reading your own text bounded in memory, whatever the files hold.

@@ -1,17 +1,14 @@
-"""Downstream tasks from disk: a named task or your own labelled folder or file, and a saved
-model to fine-tune from.
+"""Downstream tasks from disk: a named task, or your own labelled folder or file of rows.
 
 The lesson (`bertlab.finetune`) fine-tunes, probes and compares on documents and labels it is
 given; this module reads them. `load_task` reads a named task (`TASKS`, "bbc-topic"), a folder
 with one sub-folder per label, or a file of rows with a label field, and refuses one a classifier
 cannot learn from. `compare_downstream` reads a task and runs `bertlab.finetune.compare_methods`
-on it (the `finetune` command's table); `finetune_classifier` also starts from a run folder or a
-Hugging Face folder, opened with `bertlab.engine.loading.load_model`.
+on it (the `finetune` command's table).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,17 +18,14 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from bertlab import finetune
+from bertlab.artefacts import folder_kind
 from bertlab.corpus import Document, split_documents
-from bertlab.engine.files import folder_kind
-from bertlab.engine.loading import load_model
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.records import row_format
-from bertlab.engine.textfiles import ARTEFACT_KINDS, folder_contents
 from bertlab.errors import BadInput, check_type
 from bertlab.finetune import ClassificationResult, FinetuneConfig
-from bertlab.model import BertConfig
+from bertlab.readers import load_corpus
+from bertlab.rows import row_format
+from bertlab.textfiles import ARTEFACT_KINDS, folder_contents
 from bertlab.tokenizer import check_tokenizer_fits
-from bertlab.train import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -161,27 +155,3 @@ def compare_downstream(
     _check_task_splits(task, docs, config.eval_split)
     return finetune.compare_methods(pretrained, tokenizer, docs, labels, config=config,
                                     k_per_class=k_per_class, seeds=seeds, methods=methods)
-
-
-def finetune_classifier(
-    pretrained: nn.Module | BertConfig | str | Path,
-    docs: Sequence[Document],
-    labels: Sequence[str] | None = None,
-    *,
-    tokenizer: Tokenizer,
-    config: FinetuneConfig | TrainConfig | None = None,
-    k_per_class: int | None = None,
-    out_dir: str | Path | None = None,
-    method: str | None = None,
-) -> ClassificationResult:
-    """Return the held-out scores of `bertlab.finetune.finetune_classifier`, which this calls;
-    `pretrained` may also be a Hugging Face folder or a pretraining run folder, whose model
-    (`load_model`) is the one fine-tuned.
-
-    Taught in notebooks/06_cls_and_downstream.ipynb
-    """
-    if isinstance(pretrained, (str, os.PathLike)):
-        pretrained = load_model(pretrained)[0]
-    return finetune.finetune_classifier(pretrained, docs, labels, tokenizer=tokenizer,
-                                        config=config, k_per_class=k_per_class, out_dir=out_dir,
-                                        method=method)

@@ -12,17 +12,53 @@ import json
 import os
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer
 
-from bertlab.engine.checkpoint import latest_checkpoint, load_run, read_run_json
-from bertlab.engine.files import describe_kind, folder_kind
+from bertlab.artefacts import describe_kind, folder_kind
+from bertlab.engine.checkpoint import (
+    check_run_tokenizer,
+    checkpoint_folders,
+    latest_checkpoint,
+    read_checkpoint_state,
+    read_run_json,
+    read_run_model,
+)
 from bertlab.errors import BadInput, check_type
 from bertlab.hf import ModelFolderMissingError, load_hf, load_hf_tokenizer
 from bertlab.model import BertForPreTraining, BertForSequenceClassification
-from bertlab.tokenizer import check_tokenizer_fits
+from bertlab.tokenizer import check_tokenizer_fits, load_tokenizer
 
 _MODEL_KINDS = {"run": "a pretraining run folder (the --out of pretrain)",
                 "hf": "a Hugging Face folder (from export-hf)"}
+
+
+def load_run(run_dir: str | Path, checkpoint: str | Path | None = None,
+             device: str | torch.device = "cpu") -> tuple[BertForPreTraining, Tokenizer | None]:
+    """Return (model, tokenizer) of a pretraining run folder, from its newest sound checkpoint.
+
+    The model is rebuilt from the config stored in the checkpoint; the tokenizer is the
+    `tokenizer.json` the CLI saves in the run folder (None if absent). Without `checkpoint`, a
+    newest checkpoint that fails its digests is skipped, with a warning, for the newest one that
+    verifies.
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    run_dir = Path(run_dir)
+    path, model = read_run_model(run_dir, checkpoint, device)
+    tok_file = run_dir / "tokenizer.json"
+    tok = load_tokenizer(tok_file) if tok_file.is_file() else None
+    if tok is not None and tok.get_vocab_size() == model.config.vocab_size:  # else the callers'
+        check_run_tokenizer(read_checkpoint_state(path, verified=True), tok, tok_file)  # size check
+    return model, tok
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Return the complete checkpoints of a run, oldest first (half-written ones never count).
+
+    Taught in notebooks/05_pretraining.ipynb
+    """
+    return checkpoint_folders(run_dir)
 
 
 def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf")) -> str:

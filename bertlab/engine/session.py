@@ -1,5 +1,6 @@
-"""What the training loop does around its step, one call each: the run folder, resume, signals,
-evaluation, logging and checkpoints.
+"""The run session: what the training loop does around its step, one call each (`RunHooks`):
+the device, the run folder, resume, signals, evaluation, logging and checkpoints, and what a run
+returns (`TrainResult`).
 
 `bertlab.train.train_loop` reads as the step and its budget; everything here is what a long run
 needs besides: a run folder that one process at a time may write (`bertlab.engine.resume`), an exact
@@ -30,26 +31,24 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
+from bertlab.atomic import atomic_write_json, atomic_write_text
 from bertlab.config import TrainConfig, check_train_config, lr_at, rank_world
-from bertlab.data import Batch
+from bertlab.data import Batch, check_loader_batch
 from bertlab.engine.checkpoint import (
+    checkpoint_folders,
     latest_checkpoint,
-    list_checkpoints,
     load_checkpoint,
     read_checkpoint_state,
 )
 from bertlab.engine.device import (
-    cpu_has_native_bf16,
     fast_math,
     from_rank0,
     made_with,
     resolve_compile,
     resolve_device,
-    resolve_newton_schulz,
     resolve_precision,
 )
 from bertlab.engine.eventlog import EventLog, check_event_folder
-from bertlab.engine.files import atomic_write_json, atomic_write_text, save_tokenizer
 from bertlab.engine.outputs import check_output
 from bertlab.engine.resume import (
     CheckpointSaver,
@@ -65,6 +64,8 @@ from bertlab.engine.resume import (
     run_contract,
     run_data,
 )
+from bertlab.precision import cpu_has_native_bf16, resolve_newton_schulz
+from bertlab.tokenizer import save_tokenizer
 
 _DETAIL = ("val_random", "val_kept", "val_mask_unigram", "val_perplexity")  # not in the eval line
 
@@ -146,23 +147,6 @@ class TrainResult:
     def final(self) -> dict[str, Any]:
         """Return the last evaluation row (empty dict if there was none)."""
         return self.history[-1] if self.history else {}
-
-
-def check_loader_batch(loader: Iterable, config: TrainConfig, world: int | None = None) -> None:
-    """Refuse a loader whose batches do not add up to `config.batch_size` per optimizer step
-    over `world` processes (None: those of this run's process group)."""
-    world = rank_world()[1] if world is None else world
-    per_batch = getattr(loader, "batch_size", None)
-    if per_batch is None:  # a loader built on a batch sampler (batches grouped by length)
-        per_batch = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-    if per_batch is not None and per_batch * config.grad_accum * world != config.batch_size:
-        raise ValueError(
-            f"the loader gives batches of {per_batch}, but TrainConfig.batch_size="
-            f"{config.batch_size} (--batch-size) with grad_accum={config.grad_accum} on {world} "
-            f"process(es) needs {config.batch_size / (config.grad_accum * world):g} per batch; "
-            f"pass a batch_size that is a multiple of {config.grad_accum * world} (grad_accum x "
-            f"processes), and build the loader with batch_size=batch_size // (grad_accum x "
-            f"processes)")
 
 
 class RunHooks:
@@ -460,7 +444,7 @@ def clear_untrained_start(out: Path) -> None:
     """Remove the files a new run wrote if it stopped before it trained a step or saved a
     checkpoint (a refusal in the loop, a divergence at step 1), so that the same call, once
     fixed, finds the folder as it was; a run with a checkpoint or a trained step keeps them."""
-    if list_checkpoints(out):
+    if checkpoint_folders(out):
         return
     history = out / "history.json"
     try:
