@@ -4,6 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
+# Test processes (pytest-xdist): the unit tests mostly run tiny models on one thread each, so two
+# processes keep two cores busy; `make test JOBS=1` runs them one after another.
+JOBS ?= 2
 
 .PHONY: setup check course-model demo test test-unit test-notebooks notebooks lab bench results gpu-data lint clean
 
@@ -26,7 +29,7 @@ demo: $(STAMP)
 test: lint test-unit test-notebooks
 
 test-unit: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(JOBS) tests
 
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider notebooks
