@@ -280,10 +280,16 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     resolve_device(args.device)  # a device this machine lacks is refused before any work
-    max_seq_len, where = _finetune_length(args)
+    max_seq_len, where, recorded = _finetune_length(args)
     config = FinetuneConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
                             max_seq_len=max_seq_len, device=args.device)
     model, tok = load_model(args.model_dir, require_tokenizer=True)
+    positions = model.config.max_position_embeddings
+    if recorded and max_seq_len > positions:  # a length the folder records, edited since?
+        raise BadInput(f"finetune {args.model_dir}", f"reads {max_seq_len} tokens per document "
+                       f"from {where}, past the model's {positions} positions",
+                       f"pass --max-seq-len {positions} (or fewer), or correct that file "
+                       f"(nothing was written)")
     print(f"reading the first {max_seq_len} tokens of each document: {where}")
     corpus_read: dict[str, int] = {}  # filled as a task of your own is read
     results = compare_downstream(model, tok, args.task, config=config, k_per_class=ks,
@@ -301,17 +307,18 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finetune_length(args: argparse.Namespace) -> tuple[int, str]:
-    """Return finetune's tokens per document and where that number came from: --max-seq-len
-    when given, else the length the model was pretrained at, else FinetuneConfig's default."""
+def _finetune_length(args: argparse.Namespace) -> tuple[int, str, bool]:
+    """Return finetune's tokens per document, where that number came from, and whether a file
+    of the model folder recorded it: --max-seq-len when given, else the length the model was
+    pretrained at, else FinetuneConfig's default."""
     if args.max_seq_len is not None:
-        return args.max_seq_len, "as --max-seq-len asks"
+        return args.max_seq_len, "as --max-seq-len asks", False
     found = pretrained_length(args.model_dir)
     if found is not None:
-        return found[0], f"the length the model was pretrained at ({found[1]})"
+        return found[0], f"the length the model was pretrained at ({found[1]})", True
     default = FinetuneConfig.max_seq_len
     return default, (f"the default; {args.model_dir} records no pretraining length (no "
-                     f"run.json or MANIFEST.json with one), pass --max-seq-len to choose")
+                     f"run.json or MANIFEST.json with one), pass --max-seq-len to choose"), False
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -293,7 +293,18 @@ def _field(values: Mapping[str, Any], name: str, flag: str, keys: bool) -> str:
     value = str(value)
     if not value.strip():
         raise _BadRow(f"has an empty field {name!r}")
+    _check_no_surrogate(value, f"field {name!r}")
     return value
+
+
+def _check_no_surrogate(text: str, where: str) -> None:
+    """Raise _BadRow if `text` holds a lone surrogate (a JSON escape such as \\ud800 that is half
+    of a UTF-16 pair): it is no character, and no UTF-8 file, tokenizer or digest can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _BadRow(f"holds a lone surrogate {text[e.start]!r} in {where} at character "
+                      f"{e.start}: half of a UTF-16 pair, which is no text") from None
 
 
 def _row_values(row: _Row, fields: RowFields) -> tuple[str, str | None, str | None]:
@@ -304,6 +315,7 @@ def _row_values(row: _Row, fields: RowFields) -> tuple[str, str | None, str | No
     if isinstance(values, str):
         if not values.strip():
             raise _BadRow("is an empty string")
+        _check_no_surrogate(values, "its text")
         return values, None, None
     text = _field(values, fields.text, "--text-field", keys=False)
     key = _field(values, fields.doc, "--doc-field", keys=True) if fields.doc else None

@@ -419,6 +419,14 @@ def test_finetune_reads_the_length_the_model_was_pretrained_at(corpus, tmp_path,
     assert main(["finetune", str(hf), *tf_idf[:-3], "fine-tuned", "--device", "cpu"]) == 2
     assert "max_seq_len=128 (--max-seq-len) is longer than the model's max_position_embeddings=64" in \
         capsys.readouterr().err
+    # A recorded length past the positions (run.json edited) names the file and the flag.
+    saved = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**saved, "max_seq_len": 512}))
+    assert main(["finetune", str(run), *tf_idf]) == 2
+    err = capsys.readouterr().err
+    assert f"reads 512 tokens per document from the length the model was pretrained at " \
+           f"({run / 'run.json'}), past the model's 64 positions" in err
+    assert "pass --max-seq-len 64 (or fewer), or correct that file" in err
 
 
 def test_pretrained_length_reads_run_json_then_the_manifest_and_names_a_bad_record(tmp_path):

@@ -483,6 +483,9 @@ BAD_ROWS = [
     ("empty", '{"text": "   "}', "has an empty field 'text'"),
     ("no-field", '{"body": "Hi."}', "has no field 'text' (--text-field); its fields are 'body'"),
     ("list", '["Hi."]', "is a JSON list, not an object"),
+    # \\ud800 is valid JSON but half of a UTF-16 pair: no text (it broke the tokenizer's digest)
+    ("lone-surrogate", '{"text": "Half \\ud800 a pair."}',
+     "holds a lone surrogate '\\ud800' in field 'text' at character 5: half of a UTF-16 pair"),
 ]
 
 

@@ -67,6 +67,32 @@ def test_resume_on_a_folder_a_live_run_holds_says_in_use_not_delete(tmp_path, ca
     assert "delete" not in err
 
 
+def test_pretrain_on_shards_prepare_is_still_writing_says_in_use(tmp_path, capsys):
+    # prepare holds its --out (empty but for the lock) until the shards land in one step; a
+    # pretrain started meanwhile was told the folder has "no .txt files".
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom bertlab.engine.folders import FolderLock\n"
+         "with FolderLock(sys.argv[1], 'shard folder'):\n    print('held', flush=True)\n"
+         "    time.sleep(120)", str(shards)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = snapshot(tmp_path)
+        code = main(["pretrain", "--corpus", str(shards), "--out", str(tmp_path / "run"), *SMALL,
+                     "--max-steps", "2"])
+        after = snapshot(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert_one_clear_error(err, [f"--corpus {shards} is in use by process {holder.pid}",
+                                 "wait for it to finish"])
+    assert ".txt" not in err
+    assert_unchanged(before, after)
+
+
 def test_a_changed_corpus_count_names_the_reading_flags():
     saved = {"train_examples": 10, "train_config": {}}
     with pytest.raises(BadInput, match=r"--doc-field.*--max-seq-len"):

@@ -139,6 +139,19 @@ def test_validate_also_past_the_positions_names_the_flag(world, capsys):
              ["--validate-also 600", "512 positions", "--max-position-embeddings 600"], capsys)
 
 
+def test_validate_also_shards_past_the_positions_name_the_folder(world, capsys):
+    # They were refused by the model, deep in the first evaluation, after training began.
+    shards = f"{world['root']}/shards-128"
+    if not Path(shards).exists():
+        assert main(["prepare", "--corpus", world["corpus"], "--out", shards, "--max-seq-len",
+                     "128", "--tokenizer", f"{world['run']}/tokenizer.json"]) == 0
+    capsys.readouterr()
+    _refused(world, "pretrain --corpus {corpus} --out {root}/new TINY "
+                    f"--max-position-embeddings 64 --validate-also {shards}",
+             [f"--validate-also {shards}", "holds 128-token pairs", "64 positions",
+              "--max-seq-len 64 or less"], capsys)
+
+
 def test_what_a_resume_changes_on_purpose_is_recorded(world, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(world["run"], out)

@@ -246,8 +246,9 @@ def _pretrain_settings(args: argparse.Namespace, corpus: Path) -> _PretrainSetti
 
 
 def _check_validate_also_lengths(items: list[str] | None, positions: int) -> None:
-    """Raise BadInput, naming --validate-also, for a token length past the model's positions:
-    those pairs could not be scored, and the model would fail on them after training began."""
+    """Raise BadInput, naming --validate-also, for a token length (or a shard folder's pairs)
+    past the model's positions: those pairs could not be scored, and the model would fail on
+    them after training began."""
     for item in items or []:
         if item.isdigit() and int(item) > positions:
             raise BadInput(f"--validate-also {item}",
@@ -255,6 +256,15 @@ def _check_validate_also_lengths(items: list[str] | None, positions: int) -> Non
                            f"positions (--max-position-embeddings {positions})",
                            f"pass a length of at most {positions}, or --max-position-embeddings "
                            f"{item} to grow the position table (nothing was written)")
+        if not item.isdigit() and folder_kind(Path(item)) == "shards":
+            length = shard_pair_length(item)
+            if length > positions:
+                raise BadInput(f"--validate-also {item}",
+                               f"holds {length}-token pairs (prepared with --max-seq-len "
+                               f"{length}), longer than the model's {positions} positions",
+                               f"prepare that folder again with --max-seq-len {positions} or "
+                               f"less, or pass --max-position-embeddings {length} (nothing was "
+                               f"written)")
 
 
 def _check_shard_segments(corpus: Path, objectives: tuple[str, ...], segments: str,
@@ -445,6 +455,9 @@ def run_pretraining(args: argparse.Namespace) -> TrainResult | None:
     written; a refused command leaves `--out` as it was.
     """
     out, corpus = Path(args.out), Path(args.corpus)
+    holder = lock_holder(corpus) if corpus.is_dir() else None
+    if holder is not None:  # prepare writing shards there: it holds the folder until they land
+        raise in_use_error("--corpus", corpus, holder)
     s = _pretrain_settings(args, corpus)
     if s.shards and read_options(args):
         flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in read_options(args).items())
