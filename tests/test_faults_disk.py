@@ -8,6 +8,7 @@ line, and checks that nothing on disk changed where the command refused.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -374,3 +375,30 @@ def test_twins_score_on_a_small_corpus_skips_the_cloze_and_survives_kills(small_
     assert "cloze_top1" not in data["summary"]["per_arm"]["mlm"]
     assert "mask_accuracy_64" in data["summary"]["per_arm"]["mlm"]
     assert np.isfinite(data["summary"]["per_arm"]["mlm"]["cls_probe_pooled"]["mean"])
+
+
+def test_a_full_disk_at_the_lock_names_the_lock_file_and_holds_nothing(tmp_path, monkeypatch):
+    # The lock's own line (who holds the folder) is the first write of a run; a full disk there
+    # was "[Errno 28] No space left on device", naming no file.
+    from bertlab.engine import folders
+
+    take = folders.FolderLock._take
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(folders.FolderLock, "_take", lambda self: Full(take(self)))
+    with pytest.raises(OSError) as caught, folders.FolderLock(tmp_path / "run"):
+        pass
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == str(tmp_path / "run" / ".lock")
+    monkeypatch.undo()
+    with folders.FolderLock(tmp_path / "run"):  # nothing was left held: it is taken again
+        assert folders.lock_holder(tmp_path / "run") is None

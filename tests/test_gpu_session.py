@@ -191,6 +191,17 @@ def _cut(folder: Path) -> None:
      "mlm-seed0-copy.tgz and mlm-seed0.tgz both hold 'mlm-seed0'"),
     (lambda f: _archive(f / "other.tgz", {"mlm-seed0": b"a file where a run folder goes"}),
      "both hold 'mlm-seed0'"),
+    # A run that never wrote its summary (written last) did not finish; it was taken in.
+    (lambda f: _archive(f / "mlm-seed0.tgz", {"mlm-seed0/model/model.safetensors": b"w"}),
+     "mlm-seed0.tgz holds run 'mlm-seed0' without its summary.json"),
+    # A NaN rate is no measurement; it was taken in and shown as "nan tokens/s".
+    (lambda f: (f / "gpu_throughput.json").write_text(json.dumps(
+        {**RECORD, "rows": [{**RECORD["rows"][0], "tokens_per_s": float("nan")}]})),
+     "row 0 (base @ 128) has tokens_per_s nan: no measurement"),
+    # A record that names no device was called "a CPU walk (device 'cpu')".
+    (lambda f: (f / "gpu_throughput.json").write_text(json.dumps(
+        {k: v for k, v in RECORD.items() if k != "device"})), "gpu_throughput.json name(s) no "
+                                                               "device"),
 ])
 def test_receive_refuses_what_is_not_whole_and_writes_nothing(came_back, tmp_path, capsys, spoil,
                                                               message):

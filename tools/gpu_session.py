@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -120,6 +121,13 @@ def _check_throughput(record: dict, name: str) -> None:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise Refused(f"{name} has no measured rows (rows: {rows!r}): phase 1 did not finish; "
                       f"a record without rows is no measurement")
+    for i, row in enumerate(rows):
+        bad = {k: v for k, v in row.items() if k in ("tokens_per_s", "mfu", "mfu_measured_peak")
+               and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)}
+        if bad:
+            raise Refused(f"{name} row {i} ({row.get('preset')} @ {row.get('seq_len')}) has "
+                          f"{', '.join(f'{k} {v!r}' for k, v in bad.items())}: no measurement "
+                          f"(a step that failed or timed nothing); run phase 1 again")
     try:
         throughput_lines(record)
     except (KeyError, TypeError, ValueError) as e:
@@ -145,6 +153,12 @@ def _read_archive(archive: Path) -> tuple[list[tarfile.TarInfo], dict[str, dict]
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise Refused(f"{archive} is not a whole .tgz archive ({type(e).__name__}: {e}): it was "
                       f"cut on its way back, or is no archive; fetch it again") from None
+    runs = {Path(m.name).parts[0] for m in members if len(Path(m.name).parts) > 1}  # folders
+    unsummed = sorted(r for r in runs if f"{r}/summary.json" not in {m.name for m in members})
+    if unsummed:
+        raise Refused(f"{archive} holds run {', '.join(map(repr, unsummed))} without its "
+                      f"summary.json: the run did not finish (a summary is written last), so "
+                      f"it is no result; receive the archives of a finished full call")
     return members, summaries
 
 
@@ -186,6 +200,10 @@ def _gather(came_back: Path) -> tuple[bytes | None, dict | None,
     for archive in archives:
         contents[archive], summaries = _read_archive(archive)
         sources.update(summaries)
+    unnamed = [name for name, made in sources.items() if not made.get("device")]
+    if unnamed:
+        raise Refused(f"{', '.join(unnamed)} name(s) no device, which every record and summary "
+                      f"of a session says: not whole files of a full call; fetch them again")
     on_cpu = [name for name, made in sources.items() if made_on_cpu(made)]
     if on_cpu:
         raise Refused(f"{', '.join(on_cpu)} came from a CPU walk (device 'cpu'), not a GPU; "

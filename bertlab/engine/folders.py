@@ -258,12 +258,17 @@ class FolderLock:
     def _hold(self, key: Path) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         handle = self._take()
-        handle.seek(0)
-        handle.truncate()
         command = " ".join(sys.argv) or sys.executable
-        handle.write(f"process {os.getpid()} on {socket.gethostname()} ({command!r}, since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on {socket.gethostname()} ({command!r}, since "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+            handle.flush()
+        except OSError as exc:  # a full disk, say: name the lock file, and hold nothing
+            _unlock(handle)
+            handle.close()
+            raise named_error(exc, self.folder / LOCK_NAME) from None
         _HELD[key] = [handle, 1, threading.get_ident()]
 
     def _take(self) -> Any:
