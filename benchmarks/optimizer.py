@@ -141,15 +141,17 @@ def speed(repeats: int, steps: int) -> dict[str, Any]:
                                if name != "adamw"}}
 
 
-def learn_one(job: tuple[str, int, int]) -> dict[str, Any]:
-    """Return one learning run: notebook 05's run in Newton-Schulz dtype `dtype`, seed `seed`."""
-    dtype, seed, steps = job
+def learn_one(job: tuple[str, int, int, int]) -> dict[str, Any]:
+    """Return one learning run: notebook 05's run in Newton-Schulz dtype `dtype`, seed `seed`,
+    scored on `eval_batches` validation batches (notebook 05's 20 for the record)."""
+    dtype, seed, steps, eval_batches = job
     torch.set_num_threads(1)
     train, val, vocab = setup(seed)
     course = recipe("course")
     model = BertForPreTraining(course.model_config("tiny", vocab),
                                generator=torch.Generator().manual_seed(seed))
-    config = course.train_config(max_steps=steps, eval_interval=steps // 10, eval_batches=20,
+    config = course.train_config(max_steps=steps, eval_interval=steps // 10,
+                                 eval_batches=eval_batches,
                                  seed=seed, newton_schulz=dtype, **QUIET)
     start = time.time()
     result = pretrain(model, train, val, config, objectives=course.objectives)
@@ -187,9 +189,9 @@ def run_emulated(argv: list[str]) -> dict[str, Any]:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for name in ("repeats", "steps", "jobs"):
+    for name in ("repeats", "steps", "jobs", "eval_batches"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name} {getattr(args, name)}: must be at least 1")
+            raise SystemExit(f"error: --{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
     if args.learning_steps < 10:
         raise SystemExit(f"error: --learning-steps {args.learning_steps}: must be at least 10")
     if args.out.is_dir():
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="speed: also measure on an emulated CPU without native bf16")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--learning-steps", type=int, default=LEARNING_STEPS)
+    parser.add_argument("--eval-batches", type=int, default=20,
+                        help="learning: validation batches per evaluation (notebook 05's 20)")
     parser.add_argument("--jobs", type=int, default=1, help="learning: runs at once (1 thread each)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -234,7 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         write_record("optimizer.py", args, argv, args.out, **measured)
         return
     # The slow arm first, so that the runs at once end together.
-    jobs = [(dtype, seed, args.learning_steps) for dtype in ("bf16", "fp32") for seed in args.seeds]
+    jobs = [(dtype, seed, args.learning_steps, args.eval_batches) for dtype in ("bf16", "fp32")
+            for seed in args.seeds]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         runs = pool.map(learn_one, jobs, chunksize=1)
     summary = {"fp32 - bf16 mask_accuracy": paired_difference(runs)}

@@ -40,8 +40,8 @@ def test_the_speed_stage_times_three_arms_and_names_the_cpu(tmp_path):
 @pytest.mark.slow
 def test_the_learning_stage_pairs_the_dtypes_by_seed(tmp_path):
     out = tmp_path / "learning.json"
-    done = run("--stage", "learning", "--seeds", "0", "1", "--learning-steps", "10", "--out",
-               str(out))
+    done = run("--stage", "learning", "--seeds", "0", "1", "--learning-steps", "10",
+               "--eval-batches", "2", "--out", str(out))
     assert done.returncode == 0, done.stderr
     record = json.loads(out.read_text())
     assert sorted((r["newton_schulz"], r["seed"]) for r in record["runs"]) == [
