@@ -61,13 +61,33 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return checkpoint_folders(run_dir)
 
 
+# The course's models, shipped inside the package (bertlab/models/<name>; `models/` in a checkout
+# is a link to it), so a name finds them from an installed wheel in any folder.
+SHIPPED_MODELS = Path(__file__).resolve().parent / "models"
+
+
+def shipped_models() -> list[str]:
+    """Return the names of the models that ship with bertlab ("course-tiny", ...)."""
+    return sorted(p.name for p in SHIPPED_MODELS.iterdir() if (p / "MANIFEST.json").is_file())
+
+
+def model_path(path: str | Path) -> Path:
+    """Return the folder `path` names: itself, or, for the name of a shipped model that is no
+    path here ("course-tiny"), that model's folder inside the package."""
+    given = Path(path)
+    if not given.exists() and len(given.parts) == 1 and (SHIPPED_MODELS / given).is_dir():
+        return SHIPPED_MODELS / given
+    return given
+
+
 def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf")) -> str:
     """Return "run" or "hf", the kind of a model folder, after checking it is one of `kinds`.
 
-    A run folder must have a checkpoint. Anything else (a missing folder, a file, shards, other
-    files) raises a ValueError that says what is there and what to pass instead.
+    `path` may also be the name of a shipped model (`shipped_models`). A run folder must have a
+    checkpoint. Anything else (a missing folder, a file, shards, other files) raises a
+    ValueError that says what is there and what to pass instead.
     """
-    path = Path(path)
+    path = model_path(path)
     kind = folder_kind(path)
     wanted = " or ".join(_MODEL_KINDS[k] for k in kinds)
     if kind == "run" and latest_checkpoint(path) is None:
@@ -78,7 +98,8 @@ def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf"))
         return kind
     if kind in ("missing", "file"):
         what = "it does not exist" if kind == "missing" else "it is a file"
-        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}")
+        raise ValueError(f"{path} is not a folder ({what}); pass {wanted}, or the name of a "
+                         f"shipped model ({', '.join(shipped_models())})")
     if "hf" in kinds:
         raise ValueError(f"{path} is neither a run folder (no checkpoints/) nor a Hugging Face "
                          f"folder (no config.json): it holds {describe_kind(kind)}; pass {wanted}")
@@ -88,7 +109,8 @@ def check_model_folder(path: str | Path, kinds: tuple[str, ...] = ("run", "hf"))
 def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
                require_tokenizer: bool = False,
                ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
-    """Return (model, tokenizer) from a pretraining run folder or a Hugging Face folder.
+    """Return (model, tokenizer) from a pretraining run folder, a Hugging Face folder, or a
+    model that ships with bertlab, by name (`load_model("course-tiny")`, from any folder).
 
     The one way to get a trained model back from disk, for the CLI and for fine-tuning. The kind
     of folder is told apart first (`check_model_folder`; `kinds` says which are accepted): a run
@@ -101,7 +123,7 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
     """
     check_type(path, (str, os.PathLike), "load_model(path)", "a path",
                "pass a run or Hugging Face folder's path as a str or pathlib.Path")
-    path = Path(path)
+    path = model_path(path)
     if check_model_folder(path, kinds) == "run":
         model, tok = load_run(path)
         if tok is None and require_tokenizer:
@@ -136,7 +158,7 @@ def pretrained_length(path: str | Path) -> tuple[int, Path] | None:
     A record that is not valid JSON, or whose length is not a whole number of at least 3
     tokens, raises a `BadInput` naming the file.
     """
-    path = Path(path)
+    path = model_path(path)
     record, length = path / "run.json", read_run_json(path, _LENGTH_FIX).get("max_seq_len")
     if length is None and (path / "MANIFEST.json").is_file():
         record = path / "MANIFEST.json"
