@@ -13,6 +13,7 @@ Taught in notebooks/05_pretraining.ipynb
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,8 +42,16 @@ from bertlab.engine.shards import (
 from bertlab.engine.streaming import StreamOptions
 from bertlab.errors import BadInput, run_reporting
 from bertlab.export import export_run
-from bertlab.finetune import FinetuneConfig, format_table
-from bertlab.loading import load_model, pretrained_length
+from bertlab.finetune import FinetuneConfig, classify, format_table
+from bertlab.hf import save_hf
+from bertlab.loading import (
+    check_model_folder,
+    classifier_labels,
+    is_classifier_folder,
+    load_model,
+    model_path,
+    pretrained_length,
+)
 from bertlab.pairs import INPUTS, SINGLE
 from bertlab.pretraining import fill_mask
 from bertlab.recipes import DEMO_STEPS
@@ -63,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                "(NaN loss, disk full); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_command in (_add_prepare, pretrain.add_parser, _add_finetune, _add_export_hf,
-                        _add_fill_mask, _add_demo, _add_doctor):
+                        _add_fill_mask, _add_classify, _add_demo, _add_doctor):
         add_command(sub)
     return parser
 
@@ -127,8 +136,24 @@ def _add_finetune(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads (default: torch's own, one per core)")
     p.add_argument("--json", help="also write the results to this JSON file (a folder that "
                                   "does not exist yet is made)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="keep the fine-tuned classifier: a Hugging Face folder (weights, "
+                        "tokenizer, label names, the length read) with finetune.json (the "
+                        "settings and scores of the run), for classify and transformers; needs "
+                        "the fine-tuned method, one --labels-per-class and --seeds 1")
     add_encoding_errors(p)
     add_row_fields(p, labels=True)
+
+
+def _add_classify(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("classify", help="each label's probability for texts, from a classifier "
+                                        "finetune --out kept",
+                       description="Print, for each text, every label with its probability, "
+                                   "most likely first.")
+    p.add_argument("model_dir", help="a classifier folder that finetune --out wrote")
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="texts to classify")
+    p.add_argument("--file", default=None,
+                   help="a UTF-8 text file: one text per line (blank lines skipped)")
 
 
 def _add_export_hf(sub: argparse._SubParsersAction) -> None:
@@ -276,6 +301,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     if args.json is not None:  # checked now, not after minutes of fine-tuning
         check_output(args.json, "--json", inputs=[("model_dir", args.model_dir),
                                                   ("--task", args.task)], new_folder_ok=True)
+    if args.out is not None:
+        _check_finetune_out(args, ks)
     check_threads(args.threads)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -304,6 +331,57 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         atomic_write_json(args.json, {"command": " ".join(sys.argv),
                                       "corpus_read": corpus_read or None,
                                       "results": [r.to_dict() for r in results]})
+    if args.out is not None:
+        kept = next(r for r in results if r.method == "fine-tuned")
+        record = {"command": " ".join(sys.argv), "pretrained": str(args.model_dir),
+                  "task": str(args.task), "max_seq_len": max_seq_len,
+                  "max_chunks": config.max_chunks, "result": kept.to_dict()}
+        save_hf(kept.model, tok, args.out, label_names=kept.label_names,
+                max_length=max_seq_len,
+                extra={"finetune.json": json.dumps(record, indent=1) + "\n"})
+        print(f"the fine-tuned classifier and its tokenizer are in {args.out}; next: python -m "
+              f"bertlab classify {args.out} \"some text\"")
+    return 0
+
+
+def _check_finetune_out(args: argparse.Namespace, ks: list[int | None]) -> None:
+    """Refuse, before any work, a finetune --out that could not keep one classifier."""
+    if "fine-tuned" not in args.methods or len(ks) != 1 or args.seeds != 1:
+        raise BadInput(f"--out {args.out}", "keeps one fine-tuned classifier, and this command "
+                       f"trains {len(ks) * args.seeds if 'fine-tuned' in args.methods else 0}",
+                       "pass --methods with fine-tuned, one --labels-per-class and --seeds 1 "
+                       "(nothing was written)")
+    check_output(args.out, "--out", folder=True, accept=(),
+                 inputs=[("model_dir", args.model_dir), ("--task", args.task)])
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    """Print each label's probability for each text, from a classifier finetune --out kept."""
+    texts = list(args.texts)
+    if args.file is not None:
+        try:
+            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadInput(f"--file {args.file}", f"cannot be read as UTF-8 text ({e})",
+                           "pass a UTF-8 text file, one text per line") from None
+        texts += [line for line in lines if line.strip()]
+    if not texts:
+        raise BadInput("classify", "got no text", 'pass texts ("some text") or --file FILE')
+    if check_model_folder(args.model_dir) != "hf" or not is_classifier_folder(
+            model_path(args.model_dir)):
+        raise BadInput(str(args.model_dir), "is no classifier (a pretrained model has no labels "
+                       "to give)", "fine-tune one first: python -m bertlab finetune MODEL "
+                       "--methods fine-tuned --out DIR, then classify DIR")
+    model, tok = load_model(args.model_dir, require_tokenizer=True)
+    record = model_path(args.model_dir) / "finetune.json"
+    read = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
+    labels = classifier_labels(args.model_dir)
+    probabilities = classify(model, tok, texts, max_seq_len=read.get(
+        "max_seq_len", model.config.max_position_embeddings), max_chunks=read.get("max_chunks", 1))
+    for text, row in zip(texts, probabilities, strict=True):
+        ranked = sorted(zip(labels, row, strict=True), key=lambda lp: -lp[1])
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        print(f"{shown}\n  " + ", ".join(f"{label} {p:.3f}" for label, p in ranked))
     return 0
 
 
@@ -355,8 +433,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"prepare": cmd_prepare, "pretrain": pretrain.command, "finetune": cmd_finetune,
-            "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "demo": cmd_demo,
-            "doctor": cmd_doctor}
+            "export-hf": cmd_export_hf, "fill-mask": cmd_fill_mask, "classify": cmd_classify,
+            "demo": cmd_demo, "doctor": cmd_doctor}
 
 
 def refuse_empty_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

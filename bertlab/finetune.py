@@ -610,6 +610,26 @@ def predict(model: BertForSequenceClassification, docs: Sequence[Document],
                                 batch_size=batch_size)
 
 
+def classify(model: BertForSequenceClassification, tokenizer: Tokenizer, texts: Sequence[str],
+             *, max_seq_len: int = 128, max_chunks: int = 1) -> np.ndarray:
+    """Return each label's probability for each text, (N, num_labels): the softmax of the
+    classifier's logits, read as fine-tuning read its documents (the first `max_seq_len` tokens,
+    in up to `max_chunks` windows whose logits are averaged)."""
+    check_type(model, BertForSequenceClassification, "classify(model)",
+               "a bertlab BertForSequenceClassification",
+               "pass the classifier finetune_classifier trained, or bl.load_model(folder)[0] of "
+               "a folder finetune --out saved")
+    check_type(texts, (list, tuple), "classify(texts)", "a list of strings",
+               "pass a list of the texts to classify")
+    empty = [i for i, t in enumerate(texts) if not isinstance(t, str) or not t.strip()]
+    if not texts or empty:
+        raise BadInput(f"classify(texts[{empty[0]}])" if empty else "classify(texts=[])",
+                       "is not a text with words in it", "pass non-empty strings")
+    docs = [Document(id=str(i), text=t, sentences=[t]) for i, t in enumerate(texts)]
+    logits = predict(model, docs, tokenizer, max_seq_len=max_seq_len, max_chunks=max_chunks)
+    return torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
+
+
 def finetune_classifier(
     pretrained: nn.Module | BertConfig,
     docs: Sequence[Document],
@@ -773,6 +793,7 @@ def compare_methods(
         features = cls_features(pretrained, docs, tokenizer, max_seq_len=config.max_seq_len,
                                 max_chunks=config.max_chunks)
     results = []
+    one_run = len(k_per_class) * len(seeds) == 1  # its fine-tuned model is kept, to be saved
     for k in k_per_class:
         for seed in seeds:
             run_config = FinetuneConfig(**{**asdict(config), "seed": seed})
@@ -782,7 +803,8 @@ def compare_methods(
                 if m == "fine-tuned":
                     r = finetune_classifier(pretrained, docs, labels, tokenizer=tokenizer,
                                             config=run_config, k_per_class=k)
-                    r.model = None  # keep memory flat over many runs
+                    if not one_run:
+                        r.model = None  # keep memory flat over many runs
                 elif m == "linear probe":
                     r = linear_probe(pretrained, docs, labels, tokenizer=tokenizer, config=probe,
                                      k_per_class=k, features=features)

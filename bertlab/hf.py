@@ -22,6 +22,7 @@ import os
 import pickle
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from bertlab.atomic import through_link
 from bertlab.data import PretrainingCollator
 from bertlab.engine.folders import atomic_write_folder, keep_entry, sweep_dead_writers
 from bertlab.engine.outputs import check_output
-from bertlab.errors import BadType, check_type
+from bertlab.errors import BadInput, BadType, check_type
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
 
@@ -569,12 +570,14 @@ def save_hf(
     label_names: list[str] | None = None,
     card: str | None = None,
     max_length: int | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> Path:
     """Return `out_dir` after writing a Hugging Face folder there: config.json,
     model.safetensors, (unless `tokenizer` is None) the tokenizer files (`bertlab.hf.hf_files`)
     and (with `card`, the text of a model card from `model_card`) README.md. `max_length`, the
     length the model was pretrained at, is the tokenizer's model_max_length (None: the model's
-    positions), so `transformers` never truncates to positions that had no gradient.
+    positions), so `transformers` never truncates to positions that had no gradient. `extra`:
+    more files (name -> text) written in the same step, such as a fine-tuning's finetune.json.
 
     The folder is built in a hidden sibling and renamed into place (`atomic_write_folder`), so
     a crash never leaves half a model. An existing export there is replaced, and the files in it
@@ -605,6 +608,11 @@ def save_hf(
     check_output(out_dir, "out_dir", folder=True,
                  accept=("hf", "other") if kind == "readme" else ("hf",))
     files, tensors = hf_files(model, tokenizer, label_names, max_length)
+    clash = sorted(set(extra or {}) & {*files, "model.safetensors", "README.md"})
+    if clash:
+        raise BadInput(f"save_hf(extra={clash})", "names files the export writes itself",
+                       "give the extra files other names (nothing was written)")
+    files.update(extra or {})
     replacing = kind in ("hf", "readme")
     if card is not None and not (replacing and is_users_readme(out_dir / "README.md")):
         files["README.md"] = card

@@ -110,7 +110,9 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
                require_tokenizer: bool = False,
                ) -> tuple[BertForPreTraining | BertForSequenceClassification, Tokenizer | None]:
     """Return (model, tokenizer) from a pretraining run folder, a Hugging Face folder, or a
-    model that ships with bertlab, by name (`load_model("course-tiny")`, from any folder).
+    model that ships with bertlab, by name (`load_model("course-tiny")`, from any folder). A
+    Hugging Face folder of a classifier (what `finetune --out` saves) gives its
+    `BertForSequenceClassification` (its label names: `classifier_labels`).
 
     The one way to get a trained model back from disk, for the CLI and for fine-tuning. The kind
     of folder is told apart first (`check_model_folder`; `kinds` says which are accepted): a run
@@ -130,7 +132,8 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
             raise ValueError(f"run folder {path} has no tokenizer.json; copy in the tokenizer "
                              f"the run was trained with (e.g. from its shard folder)")
     else:
-        model = load_hf(path)
+        model = load_hf(path, task="classification" if is_classifier_folder(path) else
+                        "pretraining")
         try:
             tok = load_hf_tokenizer(path)
         except ModelFolderMissingError:
@@ -140,6 +143,25 @@ def load_model(path: str | Path, *, kinds: tuple[str, ...] = ("run", "hf"),
     if tok is not None:
         check_tokenizer_fits(tok, model.config.vocab_size, str(path))
     return model, tok
+
+
+def is_classifier_folder(path: str | Path) -> bool:
+    """Return whether the Hugging Face folder `path` holds a sequence classifier (its
+    config.json's architectures say BertForSequenceClassification)."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # load_hf names what is wrong with the file
+    return isinstance(config, dict) and "BertForSequenceClassification" in (
+        config.get("architectures") or [])
+
+
+def classifier_labels(path: str | Path) -> list[str]:
+    """Return the label names of a classifier folder, in the order of its outputs (config.json's
+    id2label)."""
+    config = json.loads((model_path(path) / "config.json").read_text(encoding="utf-8"))
+    names = config.get("id2label") or {}
+    return [names[str(i)] for i in range(len(names))]
 
 
 # What to do about a record of the pretraining length that cannot be read.
