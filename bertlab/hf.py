@@ -35,7 +35,7 @@ from bertlab.artefacts import LOCK_NAME, describe_kind, folder_kind
 from bertlab.atomic import through_link
 from bertlab.data import PretrainingCollator
 from bertlab.engine.folders import atomic_write_folder, keep_entry, sweep_dead_writers
-from bertlab.engine.outputs import check_output
+from bertlab.engine.outputs import check_folder_holds
 from bertlab.errors import BadInput, BadType, check_type
 from bertlab.model import BertConfig, BertForPreTraining, BertForSequenceClassification
 from bertlab.tokenizer import load_tokenizer, tokenizer_from_vocab
@@ -605,8 +605,7 @@ def save_hf(
         raise OutputFolderTakenError(
             f"'{out_dir}' holds {describe_kind(kind)}, so it is not a model folder that may be "
             f"replaced; choose a new or empty folder (nothing was written)")
-    check_output(out_dir, "out_dir", folder=True,
-                 accept=("hf", "other") if kind == "readme" else ("hf",))
+    check_folder_holds(out_dir, "out_dir", accept=("hf", "other") if kind == "readme" else ("hf",))
     files, tensors = hf_files(model, tokenizer, label_names, max_length)
     clash = sorted(set(extra or {}) & {*files, "model.safetensors", "README.md"})
     if clash:

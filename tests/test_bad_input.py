@@ -500,7 +500,7 @@ CASES = [
      ["TrainConfig.muon_lr (--muon-lr) must be a positive number", "inf"]),
     ("pretrain-pair-draws-beyond-memory",
      "pretrain --corpus {corpus} --out {root}/new TINY --pair-draws 100000",
-     ["pair_draws=100000 (--pair-draws)", "in memory before the first step", "GiB",
+     ["pair_draws=100000 would build", "in memory before the first step", "GiB",
       "prepare --pair-draws K"]),
     ("finetune-epochs-inf", "finetune {run} --methods tf-idf --epochs inf",
      ["FinetuneConfig.epochs (--epochs) must be a positive number", "inf"]),

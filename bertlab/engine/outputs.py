@@ -38,7 +38,7 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     `inputs` lists the command's inputs as (flag, path); those that are no path on disk (a
     corpus name such as "bbc", None) are passed over. `folder`: the output is a folder (else a
     file in an existing folder). With `accept` (a folder output), what the folder may already
-    hold is checked too (`_check_holds`); None leaves that to the command.
+    hold is checked too (`check_folder_holds`); None leaves that to the command.
     `new_folder_ok`: a file output's folder may be missing (the command makes it).
     """
     shown = f"{flag} {path}"
@@ -57,7 +57,7 @@ def check_output(path: str | Path, flag: str, *, inputs: Sequence[tuple[str, obj
     _check_not_an_input(path, shown, inputs)
     _check_outside_artefacts(path, shown)
     if folder and accept is not None:
-        _check_holds(path, flag, accept)
+        check_folder_holds(path, flag, accept)
     elif not folder:
         _check_file_target(path, shown, new_folder_ok)
     check_writable(path, shown, folder)
@@ -181,9 +181,11 @@ def check_writable(path: str | Path, shown: str, folder: bool = False) -> None:
         os.unlink(probe)
 
 
-def _check_holds(path: str | Path, flag: str, accept: tuple[str, ...] = ()) -> str:
+def check_folder_holds(path: str | Path, flag: str, accept: tuple[str, ...] = ()) -> str:
     """Return the `folder_kind` of an output folder after checking what it holds may be written
-    over (`check_output`'s last step for a folder with `accept`).
+    over: `check_output`'s last step for a folder with `accept`, and the whole check of
+    `bertlab.hf.save_hf`, which may write inside a run folder (a twin keeps its model in
+    RUN/model) where a command's output may not.
 
     A missing or empty folder is always fine; `accept` lists the artefact kinds that may also be
     there (e.g. "run" when resuming). Anything else raises a ValueError that names `flag`, the
