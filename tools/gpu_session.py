@@ -122,8 +122,13 @@ def _check_throughput(record: dict, name: str) -> None:
         raise Refused(f"{name} has no measured rows (rows: {rows!r}): phase 1 did not finish; "
                       f"a record without rows is no measurement")
     for i, row in enumerate(rows):
-        bad = {k: v for k, v in row.items() if k in ("tokens_per_s", "mfu", "mfu_measured_peak")
-               and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0)}
+        # tokens/s must be a measured rate; an MFU may be None (a device whose peak is unknown)
+        # but never NaN, inf, zero or negative.
+        bad = {k: v for k, v in {"tokens_per_s": row.get("tokens_per_s"),
+                                 **{k: row[k] for k in ("mfu", "mfu_measured_peak")
+                                    if row.get(k) is not None}}.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float))
+               or not math.isfinite(v) or v <= 0}
         if bad:
             raise Refused(f"{name} row {i} ({row.get('preset')} @ {row.get('seq_len')}) has "
                           f"{', '.join(f'{k} {v!r}' for k, v in bad.items())}: no measurement "
