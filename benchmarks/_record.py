@@ -5,6 +5,7 @@ whatever the benchmark measured. Shared by the scripts in this folder (run as
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import sys
@@ -21,7 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def repo_relative(path: Path) -> str:
     """A path as a record shows it: relative to the repository when inside it, so records do not
-    carry the machine's checkout location."""
+    carry the machine's checkout location. Links inside the repository stay as named
+    (models/course-tiny, not the bertlab/models/course-tiny it leads to)."""
+    absolute = Path(os.path.abspath(path))
+    if absolute.is_relative_to(REPO):
+        return str(absolute.relative_to(REPO))
     resolved = path.resolve()
     return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
